@@ -1,0 +1,50 @@
+"""Clusters: the inventory model, embedded clusters and the launchers that start processes on nodes.
+
+``load_cluster(spec)`` turns what the user wrote after ``--hpcnet-cluster`` into a ``Cluster``:
+``local:N`` (N nodes on this host), ``netns:N`` (namespaces, see ``netns``), or a TOML inventory path.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..errors import ConfigError
+from .launcher import LAUNCHERS, Launcher, Process, launcher_for, register, run  # noqa: F401
+from .model import Cluster, Node
+
+_EMBEDDED = re.compile(r"^(local|netns):(\d+)$")
+
+
+def local_cluster(n: int, root: Path, sysroot: Path = Path("/"), features=frozenset()) -> Cluster:
+    """N nodes on loopback, each with its own work dir under ``root``, plus a shared dir."""
+    root = Path(root)
+    shared = root / "shared"
+    shared.mkdir(parents=True, exist_ok=True)
+    nodes = tuple(
+        Node(name=f"node{i}", host="localhost", addresses={"eth": "127.0.0.1"},
+             workdir=root / f"node{i}", shared=shared, features=frozenset(features),
+             launcher="local", sysroot=Path(sysroot))
+        for i in range(n))
+    for node in nodes:
+        node.workdir.mkdir(parents=True, exist_ok=True)
+    return Cluster(name=f"local:{n}", nodes=nodes, source=f"local:{n}", shared=shared)
+
+
+def load_cluster(spec: str, root: Path, where: str | None = None, sysroot: Path | None = None) -> Cluster:
+    """Parse a ``--hpcnet-cluster`` value. ``root`` holds embedded clusters' directories."""
+    m = _EMBEDDED.match(spec.strip())
+    if m:
+        kind, n = m.group(1), int(m.group(2))
+        if not 1 <= n <= 64:
+            raise ConfigError(f"{spec!r}: node count must be 1..64", where)
+        if kind == "netns":
+            raise ConfigError(f"{spec!r}: netns clusters are not available yet (qjump issue)", where)
+        return local_cluster(n, root, sysroot=sysroot or Path("/"))
+    if spec.startswith(("local:", "netns:")):
+        raise ConfigError(f"{spec!r}: expected local:N or netns:N with N a whole number", where)
+    path = Path(spec)
+    if not path.is_file():
+        raise ConfigError(f"{spec!r} is neither local:N nor an existing inventory file", where)
+    from .inventory import load_inventory
+    return load_inventory(path)

@@ -1,0 +1,168 @@
+"""Starting processes on nodes.
+
+A ``Launcher`` starts a command on a node and hands back a ``Process``. Backends are small classes in
+``LAUNCHERS`` (keyed by the inventory's ``launcher`` field); ``local`` runs subprocesses on this host,
+others (netns, ssh, slurm) add themselves with ``@register``. Every launcher remembers what it started
+so ``close()`` can kill it all: the plugin calls it on success, failure and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import weakref
+from pathlib import Path
+from typing import ClassVar, Mapping, Protocol, Sequence
+
+from ..errors import ConfigError, LaunchError
+from .model import Node
+
+
+class Process(Protocol):
+    node: Node
+    argv: Sequence[str]
+
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def kill(self) -> None: ...
+    def output(self) -> tuple[str, str]: ...  # (stdout, stderr) so far
+
+
+class Launcher(Protocol):
+    name: ClassVar[str]
+
+    def start(self, node: Node, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+              cwd: str | os.PathLike | None = None) -> Process: ...
+    def close(self) -> None: ...
+
+
+LAUNCHERS: dict[str, type] = {}
+
+
+def register(cls):
+    LAUNCHERS[cls.name] = cls
+    return cls
+
+
+def launcher_for(name: str, where: str | None = None):
+    try:
+        return LAUNCHERS[name]
+    except KeyError:
+        raise ConfigError(f"unknown launcher {name!r} (known: {', '.join(sorted(LAUNCHERS))})",
+                          where) from None
+
+
+def run(launcher: Launcher, node: Node, argv: Sequence[str], *, timeout: float = 120,
+        env: Mapping[str, str] | None = None, cwd=None) -> tuple[int, str, str]:
+    """Start, wait (killing it past ``timeout``) and return (exit code, stdout, stderr)."""
+    proc = launcher.start(node, argv, env=env, cwd=cwd)
+    try:
+        code = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.output()
+        raise LaunchError(f"{' '.join(map(str, argv))} on {node.name} did not finish in {timeout}s; "
+                          f"stderr: {err[-500:]}") from None
+    out, err = proc.output()
+    return code, out, err
+
+
+class LocalProcess:
+    """A subprocess in its own process group, with output captured to files (no pipe can fill up)."""
+
+    def __init__(self, node: Node, argv: Sequence[str], env, cwd, logdir: Path):
+        self.node, self.argv = node, list(map(str, argv))
+        fd_out, self._out_path = tempfile.mkstemp(prefix=f"{node.name}-", suffix=".out", dir=logdir)
+        fd_err, self._err_path = tempfile.mkstemp(prefix=f"{node.name}-", suffix=".err", dir=logdir)
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        full_env["HPCNET_NODE"] = node.name
+        try:
+            self.popen = subprocess.Popen(self.argv, stdout=fd_out, stderr=fd_err, stdin=subprocess.DEVNULL,
+                                          env=full_env, cwd=cwd or node.workdir, start_new_session=True)
+        except OSError as e:
+            raise LaunchError(f"cannot start {self.argv[0]!r} on node {node.name}: {e}") from None
+        finally:
+            os.close(fd_out)
+            os.close(fd_err)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def poll(self):
+        return self.popen.poll()
+
+    def wait(self, timeout=None):
+        return self.popen.wait(timeout)
+
+    def kill(self, grace: float = 2.0):
+        """Terminate the whole process group: the command and anything it forked."""
+        if self.popen.poll() is None:
+            _signal_group(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                pass
+        # Children may outlive the leader; the group id stays the leader's pid.
+        _signal_group(self.popen.pid, signal.SIGKILL)
+        try:
+            self.popen.wait(grace)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a process in D state
+            pass
+
+    def output(self):
+        return (Path(self._out_path).read_text(errors="replace"),
+                Path(self._err_path).read_text(errors="replace"))
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+_LIVE: "weakref.WeakSet[LocalLauncher]" = weakref.WeakSet()
+
+
+@register
+class LocalLauncher:
+    """Nodes are process groups on this host; they share loopback and have their own work dirs."""
+
+    name = "local"
+
+    def __init__(self, logdir: str | os.PathLike | None = None):
+        self.logdir = Path(logdir) if logdir else Path(tempfile.mkdtemp(prefix="hpcnet-logs-"))
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        self.started: list[LocalProcess] = []
+        _LIVE.add(self)
+
+    def start(self, node, argv, *, env=None, cwd=None):
+        Path(node.workdir).mkdir(parents=True, exist_ok=True)
+        proc = LocalProcess(node, argv, env, cwd, self.logdir)
+        self.started.append(proc)
+        return proc
+
+    def live_pids(self) -> list[int]:
+        return [p.pid for p in self.started if p.poll() is None]
+
+    def close(self):
+        for proc in self.started:
+            proc.kill()
+
+
+@atexit.register
+def _kill_leftovers():  # last line of defence if a caller forgot close() (e.g. a crashed CLI)
+    for launcher in list(_LIVE):
+        launcher.close()
+
+
+def wait_all(procs: Sequence[Process], timeout: float) -> list[int]:
+    """Wait for several processes with one overall deadline."""
+    deadline = time.monotonic() + timeout
+    return [p.wait(max(0.0, deadline - time.monotonic())) for p in procs]

@@ -1,0 +1,46 @@
+"""What a cluster is: nodes with addresses per network, directories and declared features."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    host: str
+    # network name -> address, e.g. {"eth": "10.0.0.1", "ib": "192.168.1.1"}; "eth" is the default network.
+    addresses: dict[str, str]
+    workdir: Path
+    shared: Path | None = None
+    features: frozenset[str] = frozenset()  # declared by hand in the inventory / --hpcnet-assume
+    launcher: str = "local"
+    # Root the hardware probe reads /sys and /proc under; "/" on real nodes, a canned tree in tests.
+    sysroot: Path = Path("/")
+    extra: dict = field(default_factory=dict)  # launcher-specific settings (ssh user, port, ...)
+
+    def address(self, network: str = "eth") -> str:
+        try:
+            return self.addresses[network]
+        except KeyError:
+            raise KeyError(f"node {self.name!r} has no address on network {network!r} "
+                           f"(has: {', '.join(sorted(self.addresses)) or 'none'})") from None
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    nodes: tuple[Node, ...]
+    source: str  # what the user gave: "local:4", a TOML path, ...
+    shared: Path | None = None
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"cluster {self.name!r} has no node {name!r}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(n.name for n in self.nodes)
