@@ -1,0 +1,42 @@
+"""The ``hpcnet`` command. Each area contributes its subcommands through ``add_commands(subparsers)``.
+
+A subcommand's parser gets ``func=`` set to a callable taking the parsed args and returning an exit
+code. Errors the library raises for bad input (``HpcnetError``) end the command with one line on stderr
+and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .errors import HpcnetError
+
+# Modules that provide add_commands(subparsers); add yours here.
+COMMAND_MODULES = (
+    "pytest_hpcnet.hardware",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hpcnet", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).add_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except HpcnetError as e:
+        print(f"hpcnet {args.command}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
