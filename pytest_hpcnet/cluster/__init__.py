@@ -12,6 +12,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from .launcher import LAUNCHERS, Launcher, Process, launcher_for, register, run  # noqa: F401
 from .model import Cluster, Node
+from . import ssh  # noqa: F401  (registers the "ssh" launcher)
 
 _EMBEDDED = re.compile(r"^(local|netns):(\d+)$")
 

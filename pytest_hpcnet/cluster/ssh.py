@@ -1,0 +1,116 @@
+"""The ``ssh`` launcher: run a command on a real machine through the system ``ssh`` client.
+
+The local end is an ordinary ``LocalProcess`` (its own process group, output captured to files), whose
+command is ``ssh -o BatchMode=yes [-p port] [-i key] [user@]host -- <remote command>``. BatchMode makes a
+missing key fail at once instead of waiting at a password prompt nobody will answer.
+
+sshd starts the remote command as the leader of a new session, so its pid is also its process group id.
+The remote command records that pid in the node's work dir before it execs the real program; ``kill()``
+uses a second ssh call to signal that whole group, because killing only the local client (no tty, so no
+SIGHUP) would leave the remote program running.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path, PurePosixPath
+from typing import Mapping, Sequence
+
+from .launcher import _LIVE, LocalProcess, register
+from .model import Node
+
+
+def ssh_prefix(node: Node, ssh: str = "ssh") -> list[str]:
+    """``ssh`` and its options up to and including ``--``, from the node's ``[nodes.ssh]`` settings."""
+    settings = node.extra.get("ssh", {})
+    argv = [ssh, "-o", "BatchMode=yes"]
+    if "port" in settings:
+        argv += ["-p", str(settings["port"])]
+    if "identity_file" in settings:
+        argv += ["-i", str(settings["identity_file"])]
+    for option in sorted(settings.get("options", ())):
+        argv += ["-o", option]
+    user = settings.get("user")
+    argv += [f"{user}@{node.host}" if user else node.host, "--"]
+    return argv
+
+
+def remote_command(node: Node, argv: Sequence[str], env: Mapping[str, str] | None, cwd, pidfile: str) -> str:
+    """One shell line for the remote side: make and enter the work dir, record the pid, exec the program."""
+    workdir = str(cwd) if cwd is not None else str(PurePosixPath(node.workdir))
+    assignments = {**(env or {}), "HPCNET_NODE": node.name}
+    q = shlex.quote
+    return (f"mkdir -p -- {q(workdir)} && cd -- {q(workdir)} && echo $$ > {q(pidfile)} && "
+            f"exec env {' '.join(q(f'{k}={v}') for k, v in assignments.items())} "
+            f"{' '.join(q(str(a)) for a in argv)}")
+
+
+class SshProcess:
+    """A command running on another machine; the handle is the local ssh client's process."""
+
+    def __init__(self, node: Node, argv: Sequence[str], env, cwd, logdir: Path, ssh: str = "ssh"):
+        self.node, self.argv = node, list(map(str, argv))
+        self._ssh = ssh
+        # Absolute, in the work dir, so the kill call finds it whatever directory the command ran in.
+        self.pidfile = str(PurePosixPath(node.workdir) / f".hpcnet-{uuid.uuid4().hex}.pid")
+        self.ssh_argv = ssh_prefix(node, ssh) + [remote_command(node, argv, env, cwd, self.pidfile)]
+        # The node's work dir is a remote path; the local client runs in the log dir.
+        self._client = LocalProcess(node, self.ssh_argv, None, logdir, logdir)
+
+    def kill_argv(self) -> list[str]:
+        """The ssh call that signals the remote process group and removes the pid file."""
+        f = shlex.quote(self.pidfile)
+        script = (f"if [ -f {f} ]; then pgid=$(cat {f}); kill -TERM -- -$pgid 2>/dev/null; sleep 1; "
+                  f"kill -KILL -- -$pgid 2>/dev/null; rm -f {f}; fi; true")
+        return ssh_prefix(self.node, self._ssh) + [script]
+
+    @property
+    def pid(self) -> int:
+        return self._client.pid
+
+    def poll(self):
+        return self._client.poll()
+
+    def wait(self, timeout=None):
+        return self._client.wait(timeout)
+
+    def kill(self, grace: float = 2.0):
+        if self._client.poll() is None:
+            try:
+                subprocess.run(self.kill_argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=30, check=False)
+            except (OSError, subprocess.TimeoutExpired):
+                pass  # unreachable node: killing the local client below is all we can do
+        self._client.kill(grace)
+
+    def output(self):
+        return self._client.output()
+
+
+@register
+class SshLauncher:
+    """Nodes are machines reachable with key-based ``ssh``; per-node settings come from ``[nodes.ssh]``."""
+
+    name = "ssh"
+    # The inventory checks [cluster.ssh] / [nodes.ssh] against this: key -> type.
+    settings = {"user": str, "port": int, "identity_file": Path, "options": list}
+
+    def __init__(self, logdir: str | os.PathLike | None = None, ssh: str = "ssh"):
+        self.logdir = Path(logdir) if logdir else Path(tempfile.mkdtemp(prefix="hpcnet-ssh-logs-"))
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        self.ssh = ssh
+        self.started: list[SshProcess] = []
+        _LIVE.add(self)  # the atexit safety net closes us too
+
+    def start(self, node, argv, *, env=None, cwd=None):
+        proc = SshProcess(node, argv, env, cwd, self.logdir, self.ssh)
+        self.started.append(proc)
+        return proc
+
+    def close(self):
+        for proc in self.started:
+            proc.kill()
