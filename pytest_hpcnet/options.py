@@ -1,0 +1,103 @@
+"""The plugin's settings and the one function that decides where each value comes from.
+
+Every setting can be given four ways; the first one present wins:
+command line (``--hpcnet-cluster``) > environment (``HPCNET_CLUSTER``) > ini (``hpcnet_cluster``) > default.
+Each value is parsed by the setting's own parser, and a bad value raises ``ConfigError`` naming the
+origin (``--hpcnet-rounds``, ``$HPCNET_ROUNDS``, ``hpcnet_rounds in pytest.ini``), so the user knows
+which of the four to fix.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import ConfigError
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected a whole number, got {text!r}") from None
+    if value < 2:
+        raise ValueError(f"needs at least 2 rounds for a paired comparison, got {value}")
+    return value
+
+
+def _nonempty(text: str) -> str:
+    text = str(text).strip()
+    if not text:
+        raise ValueError("must not be empty")
+    return text
+
+
+def _words(value) -> list[str]:
+    """A list option: repeated CLI flags, or comma/space separated text from env or ini."""
+    if isinstance(value, (list, tuple)):
+        items = [w for v in value for w in str(v).replace(",", " ").split()]
+    else:
+        items = str(value).replace(",", " ").split()
+    return items
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str                 # "cluster" -> --hpcnet-cluster, HPCNET_CLUSTER, hpcnet_cluster
+    help: str
+    default: Any
+    parse: Callable[[Any], Any] = _nonempty
+    many: bool = False        # repeatable flag / list value
+
+    @property
+    def flag(self) -> str:
+        return f"--hpcnet-{self.name}"
+
+    @property
+    def env(self) -> str:
+        return f"HPCNET_{self.name.upper()}"
+
+    @property
+    def ini(self) -> str:
+        return f"hpcnet_{self.name}"
+
+
+SETTINGS = (
+    Setting("cluster", "cluster to run on: local:N (N nodes on this host), or a TOML inventory path",
+            "local:4"),
+    Setting("target", "stack under test (reference, ...)", "reference"),
+    Setting("claims", "extra claims files (TOML) besides suites/*/claims.toml", [],
+            parse=lambda v: [str(Path(p)) for p in _words(v)], many=True),
+    Setting("report", "directory for run records (JSON)", ".hpcnet", parse=lambda v: str(Path(_nonempty(v)))),
+    Setting("rounds", "paired rounds per comparison (baseline and candidate interleaved)", None,
+            parse=_positive_int),
+    Setting("assume", "declare a hardware feature the probe can't see (repeatable)", [],
+            parse=_words, many=True),
+    Setting("sysroot", "read /sys and /proc of every node under this directory (canned hardware trees)",
+            None, parse=lambda v: str(Path(_nonempty(v)))),
+)
+BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def resolve(setting: Setting, cli_value, environ: dict | None = None, ini_value=None,
+            ini_file: str | None = None) -> tuple[Any, str]:
+    """Return (parsed value, where it came from) by the precedence CLI > env > ini > default."""
+    environ = os.environ if environ is None else environ
+    if setting.many:
+        empty = not cli_value
+    else:
+        empty = cli_value is None
+    candidates = [
+        (cli_value, setting.flag, not empty),
+        (environ.get(setting.env), f"${setting.env}", setting.env in environ),
+        (ini_value, f"{setting.ini} in {ini_file or 'the ini file'}", ini_value not in (None, "", [])),
+    ]
+    for raw, where, present in candidates:
+        if present:
+            try:
+                return setting.parse(raw), where
+            except ValueError as e:
+                raise ConfigError(str(e), where) from None
+    return setting.default, "default"

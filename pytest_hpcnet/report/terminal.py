@@ -1,0 +1,42 @@
+"""The tables printed at the end of a pytest run and by ``hpcnet report``."""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from ..measure import Measurement
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    return str(x)
+
+
+def _params(p: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(p.items()))
+
+
+def measurements_table(measurements: list[Measurement]) -> str:
+    """One row per measurement, perftest-style columns (the unit says whether it is round-trip)."""
+    rows = []
+    for m in sorted(measurements, key=lambda m: (m.metric, m.config, str(sorted(m.params.items())))):
+        s = m.stats or {}
+        rows.append([m.metric, m.config or "-", _params(m.params), m.unit, _fmt(m.value),
+                     _fmt(s.get("min")), _fmt(s.get("mean")), _fmt(s.get("stdev")), _fmt(s.get("p99")),
+                     _fmt(s.get("p99_9")), _fmt(s.get("max")), s.get("n", len(m.samples))])
+    return tabulate(rows, headers=["metric", "config", "params", "unit", "median", "min", "mean", "stdev",
+                                   "p99", "p99.9", "max", "n"], tablefmt="simple", disable_numparse=True)
+
+
+def verdicts_table(verdicts: list[dict]) -> str:
+    rows = []
+    for v in sorted(verdicts, key=lambda v: v["claim_id"]):
+        ci = v.get("ci")
+        rows.append([v["claim_id"], v["outcome"].upper(), _fmt(v.get("quantity")),
+                     f"[{ci[0]:.4g}, {ci[1]:.4g}]" if ci else "-", v.get("bound", "-"),
+                     v.get("reason") or "", v.get("source", "")])
+    return tabulate(rows, headers=["claim", "verdict", "measured", "CI", "bound", "why", "source"],
+                    tablefmt="simple", disable_numparse=True, maxcolwidths=[None, None, None, None, None, 48, 32])
