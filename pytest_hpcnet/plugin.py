@@ -1,0 +1,1 @@
+"""pytest wiring (being assembled)."""

@@ -1,0 +1,138 @@
+"""The state of one pytest run: cluster, target, claims, probes, and everything measured.
+
+The plugin creates one ``HpcnetSession`` in ``pytest_configure`` and only wires hooks to it. Nothing here
+imports pytest: bad settings raise ``ConfigError`` (the plugin turns it into ``pytest.UsageError``), so
+the same session can be driven by the CLI or a test without pytest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from pathlib import Path
+
+from . import hardware
+from .claims import Claim, Verdict, evaluate, load_claims, not_applicable
+from .cluster import load_cluster
+from .cluster.pool import Launchers
+from .measure import DEFAULT_ROUNDS, Measurement
+from .results import RunRecord, new_run_id, provenance
+from .targets import load_target
+
+
+def discover_claim_files(rootdir: Path, args: list[str]) -> list[Path]:
+    """claims.toml of every suite under the root, and any inside the paths given on the command line."""
+    found = set(Path(rootdir).glob("suites/*/claims.toml"))
+    for arg in args:
+        path = Path(arg.split("::")[0])
+        if path.is_dir():
+            found.update(path.rglob("claims.toml"))
+    return sorted(p.resolve() for p in found)
+
+
+class HpcnetSession:
+    def __init__(self, settings: dict, *, rootdir: Path, args: list[str], worker_probes: dict | None = None):
+        values = {name: value for name, (value, _) in settings.items()}
+        where = {name: origin for name, (_, origin) in settings.items()}
+        self.rootdir = Path(rootdir)
+        self.args = list(args)
+        self.report_dir = Path(values["report"])
+        self.rounds = values["rounds"] or DEFAULT_ROUNDS
+        self.assumed = frozenset(values["assume"])
+        hardware.check_feature_names(self.assumed, where["assume"])
+
+        self._tmp = Path(tempfile.mkdtemp(prefix="hpcnet-"))
+        try:
+            cluster = load_cluster(values["cluster"], root=self._tmp / "cluster", where=where["cluster"])
+            if values["sysroot"]:
+                sysroot = Path(values["sysroot"]).resolve()
+                cluster = dataclasses.replace(
+                    cluster, nodes=tuple(dataclasses.replace(n, sysroot=sysroot) for n in cluster.nodes))
+            for node in cluster.nodes:
+                hardware.check_feature_names(node.features, f"{cluster.source}: node {node.name}: features")
+            self.cluster = cluster
+            self.target = load_target(values["target"], where["target"])
+            self.claims: dict[str, Claim] = load_claims(
+                discover_claim_files(self.rootdir, self.args) + [Path(p) for p in values["claims"]])
+        except BaseException:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            raise
+        self.launchers = Launchers(self.cluster, self._tmp / "logs")
+        self._probes = worker_probes
+        self.measurements: list[Measurement] = []
+        self.verdicts: list[dict] = []
+        self.collected_paths: set[Path] = set()
+
+    # -- hardware ---------------------------------------------------------------------------------
+    @property
+    def probes(self) -> dict[str, dict]:
+        """Per node: {"features": [...], "facts": {...}, "error": str|None}; probed once per run."""
+        if self._probes is None:
+            found = hardware.probe_cluster(self.cluster, self.launchers)
+            self._probes = {name: {"features": sorted(set(p.features) | self.assumed), "facts": p.facts,
+                                   "error": p.error} for name, p in found.items()}
+        return self._probes
+
+    def missing(self, required) -> dict[str, list[str]]:
+        """Feature -> nodes that lack it."""
+        return {f: nodes for f in sorted(set(required))
+                if (nodes := [n for n, p in self.probes.items() if f not in p["features"]])}
+
+    def skip_reason(self, required) -> str | None:
+        missing = self.missing(required)
+        if not missing:
+            return None
+        parts = [f"{f} missing on {', '.join(nodes)}" for f, nodes in missing.items()]
+        return f"requires {', '.join(missing)} ({'; '.join(parts)}; cluster {self.cluster.source})"
+
+    # -- results ----------------------------------------------------------------------------------
+    def record(self, m: Measurement) -> None:
+        self.measurements.append(m)
+
+    def check_claim(self, claim_id: str, baseline, candidate) -> Verdict:
+        """Evaluate a claim on two sample lists; n/a without running anything if hardware is absent."""
+        claim = self.claims.get(claim_id)
+        if claim is None:
+            raise KeyError(f"no claim {claim_id!r} is loaded (known: {', '.join(sorted(self.claims)) or 'none'})")
+        missing = self.missing(claim.markers)
+        verdict = not_applicable(claim, missing) if missing else evaluate(claim, baseline, candidate)
+        self.verdicts.append(verdict.to_json())
+        return verdict
+
+    def worker_output(self) -> dict:
+        return {"measurements": [m.to_json() for m in self.measurements], "verdicts": self.verdicts,
+                "collected": sorted(map(str, self.collected_paths))}
+
+    def merge(self, output: dict) -> None:
+        self.measurements += [Measurement.from_json(m) for m in output["measurements"]]
+        self.verdicts += output["verdicts"]
+        self.collected_paths.update(Path(p) for p in output["collected"])
+
+    def _unevaluated_not_applicable(self) -> list[dict]:
+        """Claims of the suites that ran, never evaluated because their hardware is absent: n/a, with why."""
+        done = {v["claim_id"] for v in self.verdicts}
+        out = []
+        for claim in self.claims.values():
+            suite = Path(claim.file).parent
+            ran = any(p == suite or suite in p.parents for p in self.collected_paths)
+            if claim.id in done or not ran:
+                continue
+            missing = self.missing(claim.markers)
+            if missing:
+                out.append(not_applicable(claim, missing).to_json())
+        return out
+
+    def finish(self) -> RunRecord:
+        self.verdicts += self._unevaluated_not_applicable()
+        nodes = [{"name": n.name, "host": n.host, "addresses": n.addresses, "launcher": n.launcher,
+                  **self.probes.get(n.name, {})} for n in self.cluster.nodes]
+        prov = provenance(cluster={"source": self.cluster.source, "name": self.cluster.name, "nodes": nodes},
+                          target=self.target.describe(), cwd=self.rootdir, args=self.args)
+        prov["rounds"] = self.rounds
+        return RunRecord(run_id=new_run_id(), provenance=prov, measurements=self.measurements,
+                         verdicts=self.verdicts)
+
+    def close(self) -> None:
+        self.launchers.close()
+        shutil.rmtree(self._tmp, ignore_errors=True)

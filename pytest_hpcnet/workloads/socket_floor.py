@@ -1,0 +1,132 @@
+"""Raw TCP ping-pong between two nodes: the physical floor the RPC suite is compared against.
+
+The server echoes fixed-size messages; the client times each round trip with ``perf_counter_ns`` and
+prints the samples as JSON. Both ends run on cluster nodes through their launchers. Messages are
+length-prefixed (4 bytes, big-endian) so one connection can sweep several payload sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import struct
+import sys
+import time
+
+from ..cluster.pool import Launchers, finish, wait_for_line
+from ..measure import Measurement, measurement
+
+METRIC = "socket.pingpong.rtt"
+DEFAULT_SIZES = (1, 64, 1024, 4096, 16384, 65536)
+_LEN = struct.Struct(">I")
+MAX_SIZE = 64 << 20
+
+
+def _recv_exact(sock: socket.socket, view: memoryview) -> None:
+    got = 0
+    while got < len(view):
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            raise ConnectionError("peer closed the connection mid-message")
+        got += n
+
+
+def _tune(sock: socket.socket) -> None:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def serve(host: str, port: int) -> None:
+    """Echo messages until killed; one connection at a time is all a ping-pong needs."""
+    with socket.create_server((host, port)) as listener:
+        print(f"listening {host} {listener.getsockname()[1]}", flush=True)
+        while True:
+            conn, _ = listener.accept()
+            with conn:
+                _tune(conn)
+                _echo(conn)
+
+
+def _echo(conn: socket.socket) -> None:
+    header = bytearray(4)
+    buf = bytearray(65536)
+    try:
+        while True:
+            _recv_exact(conn, memoryview(header))
+            (size,) = _LEN.unpack(header)
+            if size > MAX_SIZE:
+                return  # garbage or a hostile peer: drop the connection, keep serving
+            if size > len(buf):
+                buf = bytearray(size)
+            view = memoryview(buf)[:size]
+            _recv_exact(conn, view)
+            conn.sendall(header)
+            conn.sendall(view)
+    except (ConnectionError, OSError):
+        return
+
+
+def pingpong(host: str, port: int, sizes, iterations: int, warmup: int) -> dict[int, list[float]]:
+    """Round-trip times in microseconds per payload size."""
+    out: dict[int, list[float]] = {}
+    with socket.create_connection((host, port), timeout=30) as sock:
+        _tune(sock)
+        for size in sizes:
+            message = _LEN.pack(size) + bytes(size)
+            reply = bytearray(4 + size)
+            view = memoryview(reply)
+            samples = []
+            for i in range(warmup + iterations):
+                t0 = time.perf_counter_ns()
+                sock.sendall(message)
+                _recv_exact(sock, view)
+                t1 = time.perf_counter_ns()
+                if i >= warmup:
+                    samples.append((t1 - t0) / 1000.0)
+            out[size] = samples
+    return out
+
+
+def run(launchers: Launchers, server, client, *, sizes=DEFAULT_SIZES, iterations: int = 1000,
+        warmup: int = 100, network: str = "eth", timeout: float = 300) -> list[Measurement]:
+    """Start the echo server on ``server``, the timing client on ``client``; return one Measurement per size."""
+    host = server.address(network)
+    srv = launchers.start(server, [sys.executable, "-m", __name__, "serve", "--host", host, "--port", "0"])
+    try:
+        port = int(wait_for_line(srv, r"^listening \S+ (\d+)$").group(1))
+        cli = launchers.start(client, [sys.executable, "-m", __name__, "ping", "--host", host,
+                                       "--port", str(port), "--sizes", ",".join(map(str, sizes)),
+                                       "--iterations", str(iterations), "--warmup", str(warmup)])
+        out, _ = finish(cli, timeout)
+    finally:
+        srv.kill()
+    results = json.loads(out)
+    return [measurement(METRIC, samples, unit="us", direction="lower", config=f"tcp/{network}",
+                        nodes=(client.name, server.name),
+                        params={"size": int(size), "round_trip": True})
+            for size, samples in results.items()]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m {__name__}")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=0)
+    p = sub.add_parser("ping")
+    p.add_argument("--host", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)))
+    p.add_argument("--iterations", type=int, default=1000)
+    p.add_argument("--warmup", type=int, default=100)
+    args = parser.parse_args(argv)
+    if args.cmd == "serve":
+        serve(args.host, args.port)
+        return 0
+    sizes = [int(s) for s in args.sizes.split(",")]
+    json.dump(pingpong(args.host, args.port, sizes, args.iterations, args.warmup), sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""Which of CLI, env, ini and default wins, and how a bad value names where it came from."""
+
+import pytest
+
+from pytest_hpcnet.errors import ConfigError
+from pytest_hpcnet.options import BY_NAME, resolve
+
+ROUNDS = BY_NAME["rounds"]
+ASSUME = BY_NAME["assume"]
+
+
+@pytest.mark.parametrize("cli, env, ini, expected, where", [
+    ("7", {"HPCNET_ROUNDS": "8"}, "9", 7, "--hpcnet-rounds"),
+    (None, {"HPCNET_ROUNDS": "8"}, "9", 8, "$HPCNET_ROUNDS"),
+    (None, {}, "9", 9, "hpcnet_rounds in pytest.ini"),
+    (None, {}, None, None, "default"),
+])
+def test_precedence_cli_env_ini_default(cli, env, ini, expected, where):
+    assert resolve(ROUNDS, cli, env, ini, "pytest.ini") == (expected, where)
+
+
+@pytest.mark.parametrize("cli, env, ini, origin", [
+    ("x", {}, None, "--hpcnet-rounds"),
+    (None, {"HPCNET_ROUNDS": "1"}, None, "$HPCNET_ROUNDS"),
+    (None, {}, "two", "hpcnet_rounds in tox.ini"),
+])
+def test_bad_value_names_its_origin(cli, env, ini, origin):
+    with pytest.raises(ConfigError) as e:
+        resolve(ROUNDS, cli, env, ini, "tox.ini")
+    assert str(e.value).startswith(origin + ":")
+
+
+def test_list_settings_accept_repeats_and_commas():
+    assert resolve(ASSUME, ["ib_qdr", "rdma,lustre"], {})[0] == ["ib_qdr", "rdma", "lustre"]
+    assert resolve(ASSUME, [], {"HPCNET_ASSUME": "edr power8"})[0] == ["edr", "power8"]
+    assert resolve(ASSUME, [], {})[0] == []
