@@ -16,6 +16,7 @@ from .errors import HpcnetError
 # Modules that provide add_commands(subparsers); add yours here.
 COMMAND_MODULES = (
     "pytest_hpcnet.hardware",
+    "pytest_hpcnet.report.commands",
 )
 
 
