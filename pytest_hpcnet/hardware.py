@@ -265,7 +265,9 @@ def check_feature_names(names: Iterable[str], where: str | None) -> frozenset[st
     names = frozenset(names)
     for name in sorted(names):
         if name not in FEATURES:
-            close = difflib.get_close_matches(name, FEATURES, n=1)
+            # "qdr" means ib_qdr, not the nearer-spelled ndr: a whole word of a name beats spelling.
+            close = [f for f in FEATURES if name.lower() in f.split("_")] or \
+                difflib.get_close_matches(name.lower(), FEATURES, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise ConfigError(f"unknown hardware feature {name!r} ({hint}known: {', '.join(FEATURES)})",
                               where)
@@ -334,10 +336,11 @@ def probe_cluster(cluster, launcher, timeout: float = 60, python: str = sys.exec
             continue
         try:
             doc = json.loads(out)
-            probed = frozenset(doc["features"])
-            facts = doc["facts"]
-            if not all(isinstance(f, str) for f in probed) or not isinstance(facts, dict):
-                raise TypeError("features must be strings and facts an object")
+            names, facts = doc["features"], doc["facts"]
+            if not isinstance(names, list) or not all(isinstance(f, str) for f in names) \
+                    or not isinstance(facts, dict):
+                raise TypeError("features must be a list of strings and facts an object")
+            probed = frozenset(names)
         except (ValueError, KeyError, TypeError) as e:
             results[node.name] = failed(node, f"hardware probe printed unreadable output ({e}): {out[:200]!r}")
             continue
