@@ -304,7 +304,7 @@ def probe_cluster(cluster, launcher, timeout: float = 60, python: str = sys.exec
                   ) -> dict[str, NodeProbe]:
     """Run this module on every node through ``launcher`` (all at once, one deadline); never raises
     for a node that cannot be reached or whose probe fails: its entry carries ``error`` instead.
-    ``launcher`` is one launcher for all nodes, or a mapping of launcher name -> launcher."""
+    ``launcher`` is anything with ``start(node, argv)``: a Launcher, or ``cluster.pool.Launchers``."""
     def failed(node, why: str) -> NodeProbe:
         return NodeProbe(node.name, node.features, node.features, {}, f"{node.name}: {why}")
 
@@ -312,9 +312,8 @@ def probe_cluster(cluster, launcher, timeout: float = 60, python: str = sys.exec
     running = []
     for node in cluster.nodes:
         argv = [python, "-m", "pytest_hpcnet.hardware", "--root", str(node.sysroot)]
-        node_launcher = launcher[node.launcher] if isinstance(launcher, Mapping) else launcher
         try:
-            running.append((node, node_launcher.start(node, argv)))
+            running.append((node, launcher.start(node, argv)))
         except (HpcnetError, OSError) as e:
             results[node.name] = failed(node, f"cannot start the hardware probe: {e}")
     deadline = time.monotonic() + timeout
@@ -365,7 +364,8 @@ def _probe_command(args) -> int:
 
     from tabulate import tabulate
 
-    from .cluster import launcher_for, load_cluster
+    from .cluster import load_cluster
+    from .cluster.pool import Launchers
 
     if args.root and not Path(args.root).is_dir():
         raise ConfigError(f"{args.root!r} is not a directory", "--root")
@@ -374,14 +374,8 @@ def _probe_command(args) -> int:
         if args.root:  # applies to inventories too, whose nodes name their own sysroot
             root = Path(args.root).absolute()
             cluster = replace(cluster, nodes=tuple(replace(n, sysroot=root) for n in cluster.nodes))
-        launchers = {}
-        try:
-            for name in sorted({n.launcher for n in cluster.nodes}):
-                launchers[name] = launcher_for(name, "--cluster")()
+        with Launchers(cluster, Path(tmp) / "logs") as launchers:
             probes = probe_cluster(cluster, launchers, timeout=args.timeout)
-        finally:
-            for launcher in launchers.values():
-                launcher.close()
     if args.json:
         print(json.dumps({name: {"features": sorted(p.features), "declared": sorted(p.declared),
                                  "facts": p.facts, "error": p.error} for name, p in probes.items()},
