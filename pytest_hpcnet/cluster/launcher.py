@@ -67,6 +67,9 @@ def run(launcher: Launcher, node: Node, argv: Sequence[str], *, timeout: float =
         out, err = proc.output()
         raise LaunchError(f"{' '.join(map(str, argv))} on {node.name} did not finish in {timeout}s; "
                           f"stderr: {err[-500:]}") from None
+    except BaseException:  # Ctrl-C while waiting: do not leave the command behind
+        proc.kill()
+        raise
     out, err = proc.output()
     return code, out, err
 
@@ -102,6 +105,10 @@ class LocalProcess:
 
     def kill(self, grace: float = 2.0):
         """Terminate the whole process group: the command and anything it forked."""
+        if self.popen.returncode is not None and _pid_exists(self.popen.pid):
+            # We reaped the leader earlier, yet its pid is in use: the kernel only hands out a pid that
+            # is no longer any group's id, so our group is empty and this group is someone else's.
+            return
         if self.popen.poll() is None:
             _signal_group(self.popen.pid, signal.SIGTERM)
             try:
@@ -118,6 +125,16 @@ class LocalProcess:
     def output(self):
         return (Path(self._out_path).read_text(errors="replace"),
                 Path(self._err_path).read_text(errors="replace"))
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True
 
 
 def _signal_group(pgid: int, sig: int) -> None:

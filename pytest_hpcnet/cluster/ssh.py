@@ -4,10 +4,11 @@ The local end is an ordinary ``LocalProcess`` (its own process group, output cap
 command is ``ssh -o BatchMode=yes [-p port] [-i key] [user@]host -- <remote command>``. BatchMode makes a
 missing key fail at once instead of waiting at a password prompt nobody will answer.
 
-sshd starts the remote command as the leader of a new session, so its pid is also its process group id.
-The remote command records that pid in the node's work dir before it execs the real program; ``kill()``
-uses a second ssh call to signal that whole group, because killing only the local client (no tty, so no
-SIGHUP) would leave the remote program running.
+sshd starts the remote command in a new session and process group. The remote command records that group
+id in the node's work dir before it execs the real program; ``kill()`` uses a second ssh call to signal
+the whole group, because killing only the local client (no tty, so no SIGHUP) would leave the remote
+program running. Both remote commands are wrapped in ``sh -c`` so the user's login shell (bash, tcsh,
+...) does not matter, and use only POSIX shell and ``ps -o pgid=``.
 """
 
 from __future__ import annotations
@@ -40,13 +41,14 @@ def ssh_prefix(node: Node, ssh: str = "ssh") -> list[str]:
 
 
 def remote_command(node: Node, argv: Sequence[str], env: Mapping[str, str] | None, cwd, pidfile: str) -> str:
-    """One shell line for the remote side: make and enter the work dir, record the pid, exec the program."""
+    """One shell line for the remote side: make and enter the work dir, record the group id, exec the program."""
     workdir = str(cwd) if cwd is not None else str(PurePosixPath(node.workdir))
     assignments = {**(env or {}), "HPCNET_NODE": node.name}
     q = shlex.quote
-    return (f"mkdir -p -- {q(workdir)} && cd -- {q(workdir)} && echo $$ > {q(pidfile)} && "
-            f"exec env {' '.join(q(f'{k}={v}') for k, v in assignments.items())} "
-            f"{' '.join(q(str(a)) for a in argv)}")
+    script = (f"mkdir -p -- {q(workdir)} && cd -- {q(workdir)} && ps -o pgid= -p $$ > {q(pidfile)} && "
+              f"exec env {' '.join(q(f'{k}={v}') for k, v in assignments.items())} "
+              f"{' '.join(q(str(a)) for a in argv)}")
+    return f"sh -c {q(script)}"
 
 
 class SshProcess:
@@ -55,18 +57,19 @@ class SshProcess:
     def __init__(self, node: Node, argv: Sequence[str], env, cwd, logdir: Path, ssh: str = "ssh"):
         self.node, self.argv = node, list(map(str, argv))
         self._ssh = ssh
-        # Absolute, in the work dir, so the kill call finds it whatever directory the command ran in.
+        # Holds the remote process group id. Absolute, in the work dir, so the kill call finds it
+        # whatever directory the command ran in.
         self.pidfile = str(PurePosixPath(node.workdir) / f".hpcnet-{uuid.uuid4().hex}.pid")
         self.ssh_argv = ssh_prefix(node, ssh) + [remote_command(node, argv, env, cwd, self.pidfile)]
         # The node's work dir is a remote path; the local client runs in the log dir.
         self._client = LocalProcess(node, self.ssh_argv, None, logdir, logdir)
 
     def kill_argv(self) -> list[str]:
-        """The ssh call that signals the remote process group and removes the pid file."""
+        """The ssh call that signals the remote process group (TERM, then KILL) and removes the pid file."""
         f = shlex.quote(self.pidfile)
-        script = (f"if [ -f {f} ]; then pgid=$(cat {f}); kill -TERM -- -$pgid 2>/dev/null; sleep 1; "
-                  f"kill -KILL -- -$pgid 2>/dev/null; rm -f {f}; fi; true")
-        return ssh_prefix(self.node, self._ssh) + [script]
+        script = (f"if read pgid < {f}; then kill -s TERM -- -$pgid 2>/dev/null && sleep 1 && "
+                  f"kill -s KILL -- -$pgid 2>/dev/null; rm -f {f}; fi; true")
+        return ssh_prefix(self.node, self._ssh) + [f"sh -c {shlex.quote(script)}"]
 
     @property
     def pid(self) -> int:

@@ -1,0 +1,246 @@
+"""The local launcher: processes start where and how they were asked to, and nothing outlives kill/close."""
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_hpcnet.cluster import LAUNCHERS, local_cluster, run
+from pytest_hpcnet.cluster.launcher import LocalLauncher, wait_all
+from pytest_hpcnet.cluster.model import Node
+from pytest_hpcnet.cluster.ssh import SshLauncher, remote_command, ssh_prefix
+from pytest_hpcnet.errors import LaunchError
+
+# Prints the pid of a forked grandchild (a sleep), then waits for it: the shape of a daemon-spawning tool.
+SPAWN_GRANDCHILD = ["sh", "-c", "sleep 60 & echo $!; wait"]
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    return local_cluster(2, tmp_path / "cluster")
+
+
+@pytest.fixture
+def launcher(tmp_path):
+    launcher = LocalLauncher(logdir=tmp_path / "logs")
+    yield launcher
+    launcher.close()
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs; a zombie (exited, not yet reaped by its parent) counts as gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def wait_until(condition, timeout=10.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def first_line_pid(proc) -> int:
+    wait_until(lambda: proc.output()[0].strip(), what="the grandchild's pid on stdout")
+    return int(proc.output()[0].split()[0])
+
+
+def test_local_launcher_is_registered():
+    assert LAUNCHERS["local"] is LocalLauncher
+
+
+def test_start_wait_and_output(launcher, cluster):
+    proc = launcher.start(cluster.nodes[0], ["sh", "-c", "echo out; echo err >&2; exit 3"])
+    assert proc.wait(10) == 3
+    assert proc.poll() == 3
+    assert proc.output() == ("out\n", "err\n")
+
+
+def test_output_larger_than_a_pipe_buffer_does_not_block(launcher, cluster):
+    code, out, _ = run(launcher, cluster.nodes[0], ["sh", "-c", "head -c 1000000 /dev/zero | tr '\\0' x"],
+                       timeout=30)
+    assert code == 0 and len(out) == 1_000_000
+
+
+def test_env_cwd_and_node_name_are_honoured(launcher, cluster, tmp_path):
+    node = cluster.nodes[1]
+    code, out, _ = run(launcher, node, ["sh", "-c", 'echo "$GREETING"; pwd; echo "$HPCNET_NODE"'],
+                       env={"GREETING": "hello there"}, cwd=tmp_path, timeout=30)
+    assert code == 0
+    assert out.splitlines() == ["hello there", str(tmp_path), node.name]
+
+
+def test_default_cwd_is_the_node_workdir_and_it_is_created(launcher, tmp_path):
+    node = local_cluster(1, tmp_path / "c").nodes[0]
+    node.workdir.rmdir()
+    code, out, _ = run(launcher, node, ["pwd"], timeout=30)
+    assert code == 0 and Path(out.strip()) == node.workdir.resolve()
+
+
+def test_kill_ends_the_whole_process_group_including_a_grandchild(launcher, cluster):
+    proc = launcher.start(cluster.nodes[0], SPAWN_GRANDCHILD)
+    grandchild = first_line_pid(proc)
+    assert alive(proc.pid) and alive(grandchild)
+    proc.kill()
+    assert proc.poll() is not None
+    wait_until(lambda: not alive(grandchild), what="the grandchild to die")
+    assert launcher.live_pids() == []
+
+
+def test_kill_escalates_to_sigkill_for_a_grandchild_that_ignores_sigterm(launcher, cluster):
+    proc = launcher.start(cluster.nodes[0], ["sh", "-c", "trap '' TERM; sleep 60 & echo $!; wait"])
+    grandchild = first_line_pid(proc)
+    proc.kill(grace=0.2)
+    wait_until(lambda: not alive(grandchild), what="the grandchild to die")
+
+
+def test_close_kills_everything_started_including_orphans_of_an_exited_leader(launcher, cluster):
+    running = [launcher.start(node, SPAWN_GRANDCHILD) for node in cluster.nodes]
+    # The leader exits at once; its background sleep is orphaned but stays in the process group.
+    orphaning = launcher.start(cluster.nodes[0], ["sh", "-c", "sleep 60 & echo $!"])
+    pids = [p.pid for p in running] + [first_line_pid(p) for p in running] + [first_line_pid(orphaning)]
+    assert orphaning.wait(10) == 0
+    assert all(alive(pid) for pid in pids)
+    launcher.close()
+    wait_until(lambda: not any(alive(pid) for pid in pids), what="every started process to die")
+    with pytest.raises(ProcessLookupError):
+        os.kill(running[0].pid, 0)  # reaped, not just signalled
+
+
+def test_close_does_not_signal_a_group_whose_id_was_reused(launcher, cluster):
+    # A long run wraps pids around; a finished process's group id may then belong to a stranger.
+    proc = launcher.start(cluster.nodes[0], ["true"])
+    assert proc.wait(10) == 0
+    stranger = LocalLauncher(logdir=launcher.logdir / "stranger")
+    try:
+        other = stranger.start(cluster.nodes[0], ["sleep", "60"])
+        proc.popen.pid = other.pid  # pretend the kernel handed our old pid to the stranger
+        launcher.close()
+        with pytest.raises(subprocess.TimeoutExpired):  # a SIGKILL would have ended it well within this
+            other.wait(0.5)
+    finally:
+        stranger.close()
+
+
+def test_run_timeout_raises_and_leaves_nothing_running(launcher, cluster):
+    with pytest.raises(LaunchError, match="did not finish in 0.5s"):
+        run(launcher, cluster.nodes[0], SPAWN_GRANDCHILD, timeout=0.5)
+    proc = launcher.started[-1]
+    grandchild = int(proc.output()[0].split()[0])
+    assert proc.poll() is not None
+    wait_until(lambda: not alive(grandchild), what="the grandchild to die")
+
+
+def test_starting_a_missing_binary_raises_launch_error(launcher, cluster):
+    with pytest.raises(LaunchError, match="no-such-binary-hpcnet.*node0"):
+        launcher.start(cluster.nodes[0], ["no-such-binary-hpcnet", "--flag"])
+    assert launcher.started == []
+
+
+def test_wait_all_returns_every_exit_code(launcher, cluster):
+    procs = [launcher.start(node, ["sh", "-c", f"exit {i}"]) for i, node in enumerate(cluster.nodes)]
+    assert wait_all(procs, timeout=10) == [0, 1]
+
+
+def test_run_kills_the_command_when_interrupted(launcher, cluster, monkeypatch):
+    started = []
+    real_start = launcher.start
+
+    def start_then_interrupt(*args, **kwargs):
+        proc = real_start(*args, **kwargs)
+        started.append(proc)
+        monkeypatch.setattr(proc, "wait", lambda timeout=None: (_ for _ in ()).throw(KeyboardInterrupt))
+        return proc
+
+    monkeypatch.setattr(launcher, "start", start_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        run(launcher, cluster.nodes[0], ["sleep", "60"], timeout=30)
+    assert started[0].poll() is not None
+
+
+# --- the ssh launcher: argv construction, and the remote command run by a local stand-in for ssh ---
+
+def ssh_node(tmp_path, **settings):
+    return Node(name="ri-node01", host="ri-node01.example", addresses={"eth": "ri-node01.example"},
+                workdir=tmp_path / "remote work", launcher="ssh", extra={"ssh": settings} if settings else {})
+
+
+def test_ssh_launcher_is_registered():
+    assert LAUNCHERS["ssh"] is SshLauncher
+
+
+def test_ssh_prefix_without_settings_is_batch_mode_to_the_host(tmp_path):
+    assert ssh_prefix(ssh_node(tmp_path)) == ["ssh", "-o", "BatchMode=yes", "ri-node01.example", "--"]
+
+
+def test_ssh_prefix_carries_user_port_identity_and_options(tmp_path):
+    node = ssh_node(tmp_path, user="hpc", port=2222, identity_file=Path("/keys/id"),
+                    options=["StrictHostKeyChecking=accept-new"])
+    assert ssh_prefix(node, ssh="/usr/bin/ssh") == [
+        "/usr/bin/ssh", "-o", "BatchMode=yes", "-p", "2222", "-i", "/keys/id",
+        "-o", "StrictHostKeyChecking=accept-new", "hpc@ri-node01.example", "--"]
+
+
+def test_ssh_process_argv_ends_with_one_quoted_remote_command(tmp_path):
+    launcher = SshLauncher(logdir=tmp_path / "logs", ssh="false")  # `false` stands in: nothing connects
+    try:
+        proc = launcher.start(ssh_node(tmp_path, port=22), ["echo", "two words", "$HOME"], env={"A": "b c"})
+        assert proc.ssh_argv[:-1] == ["false", "-o", "BatchMode=yes", "-p", "22", "ri-node01.example", "--"]
+        command = proc.ssh_argv[-1]
+        assert "'two words'" in command and "'$HOME'" in command and "'A=b c'" in command
+        assert "HPCNET_NODE=ri-node01" in command and proc.pidfile in command
+        assert proc.wait(10) == 1
+    finally:
+        launcher.close()
+
+
+def test_remote_command_runs_in_the_workdir_with_env_and_records_its_group(tmp_path):
+    # What sshd does with the command: hand it to the login shell, in a new session. Do that here.
+    node = ssh_node(tmp_path)
+    pidfile = str(tmp_path / "cmd.pid")
+    command = remote_command(node, ["sh", "-c", 'echo "$A|$HPCNET_NODE"; pwd', "ignored"],
+                             {"A": "x y"}, None, pidfile)
+    shell = subprocess.Popen(["sh", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    out, err = shell.communicate(timeout=30)
+    assert shell.returncode == 0, err
+    assert out.splitlines() == ["x y|ri-node01", str(node.workdir)]
+    assert int(Path(pidfile).read_text()) == shell.pid  # the group the kill call will signal
+
+
+@pytest.fixture
+def fake_ssh(tmp_path):
+    """An executable that acts like ssh + sshd on this host: drop the options, run the command in a new
+    session. It never opens a socket."""
+    script = tmp_path / "fake-ssh"
+    script.write_text('#!/bin/sh\nwhile [ "$1" != "--" ]; do shift; done; shift\nexec setsid -w sh -c "$1"\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_ssh_kill_signals_the_remote_process_group(tmp_path, fake_ssh):
+    launcher = SshLauncher(logdir=tmp_path / "logs", ssh=fake_ssh)
+    remote_group = None
+    try:
+        proc = launcher.start(ssh_node(tmp_path), SPAWN_GRANDCHILD)
+        grandchild = first_line_pid(proc)
+        wait_until(lambda: Path(proc.pidfile).exists(), what="the pid file")
+        remote_group = int(Path(proc.pidfile).read_text())
+        proc.kill()
+        assert proc.poll() is not None
+        wait_until(lambda: not alive(grandchild) and not alive(remote_group), what="the remote group to die")
+        assert not Path(proc.pidfile).exists()
+    finally:
+        launcher.close()
+        if remote_group is not None:  # the "remote" side is its own session: clean it up if kill() failed
+            try:
+                os.killpg(remote_group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
