@@ -1,0 +1,24 @@
+"""Transports for the reference implementation: ``tcp`` and ``shm`` now, ``verbs`` later.
+
+See ``base`` for the interface. ``TRANSPORTS`` maps a name to a zero-argument factory;
+``get_transport(name)`` raises ``ConfigError`` for an unknown name.
+"""
+
+from __future__ import annotations
+
+from ...errors import ConfigError
+from .base import (DEFAULT_TIMEOUT, Connection, FrameTooLarge, Listener, Region, RemoteRegion,  # noqa: F401
+                   Transport, TransportClosed, TransportError, TransportTimeout)
+from .shm import ShmTransport
+from .tcp import TcpTransport
+
+TRANSPORTS: dict[str, type] = {"tcp": TcpTransport, "shm": ShmTransport}
+
+
+def get_transport(name: str, **options) -> Transport:
+    try:
+        factory = TRANSPORTS[name]
+    except KeyError:
+        raise ConfigError(f"unknown transport {name!r}; choose one of {sorted(TRANSPORTS)}",
+                          where="transport") from None
+    return factory(**options)

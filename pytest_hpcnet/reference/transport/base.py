@@ -1,0 +1,195 @@
+"""The transport interface every implementation fills, and the framing they share.
+
+A transport moves *messages* between two endpoints: ``send(parts)`` writes one message (the parts are
+gathered, never joined, unless the buffer design says so) and ``recv()`` returns one. On byte-stream
+transports (tcp, shm) a message travels as a 4-byte big-endian length and the bytes -- the same packet
+framing Hadoop IPC uses, so an RPC packet is exactly one transport message. ``send_raw``/``recv_raw``
+move unframed bytes for protocol preambles (Hadoop's ``hrpc`` header has no length).
+
+Bulk data goes one-sided: ``register(buffer)`` makes memory reachable by the peer and returns a
+``Region``; its ``remote()`` descriptor is sent to the peer in an ordinary message, and the peer then
+``put``s into or ``get``s from it without the owner's code taking part. A ``verbs`` transport maps
+these onto an RC queue pair (send/recv for messages, RDMA WRITE/READ for put/get, ``ibv_reg_mr`` for
+register) without callers changing.
+
+Every blocking call takes a timeout (seconds; ``None`` = the connection's default) and raises
+``TransportTimeout`` when it passes; a peer that went away raises ``TransportClosed``. Nothing blocks
+forever.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Protocol, Sequence, runtime_checkable
+
+from ...errors import HpcnetError
+from ..buffers import Bytes, NaiveBuffers, PooledBuffers, Received
+
+DEFAULT_TIMEOUT = 30.0
+LENGTH = struct.Struct(">I")
+MAX_FRAME = 0xFFFFFFFF
+
+
+class TransportError(HpcnetError, OSError):
+    """Anything a transport reports."""
+
+
+class TransportClosed(TransportError, ConnectionError):
+    """The peer went away or the connection was closed."""
+
+
+class TransportTimeout(TransportError, TimeoutError):
+    """A blocking call did not complete within its timeout."""
+
+
+class FrameTooLarge(TransportError):
+    """A peer announced a message longer than the receiver allows; the stream cannot be resynced."""
+
+    def __init__(self, length: int, limit: int):
+        self.length, self.limit = length, limit
+        super().__init__(f"message of {length} bytes exceeds the limit of {limit} bytes")
+
+
+@dataclass(frozen=True)
+class RemoteRegion:
+    """What a peer needs to reach a registered region: the verbs analogue is (addr, rkey, length)."""
+
+    transport: str
+    address: str   # where the region lives: a host:port for tcp, a /dev/shm path for shm
+    key: str       # the access key (rkey); only someone who was told it can reach the region
+    length: int
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def from_bytes(cls, data: Bytes) -> "RemoteRegion":
+        return cls(**json.loads(bytes(data)))
+
+
+class Region(Protocol):
+    """Registered local memory: ``view`` is what the peer's put/get reads and writes."""
+
+    view: memoryview
+    length: int
+
+    def remote(self) -> RemoteRegion: ...
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Connection(Protocol):
+    transport: str
+    buffers: NaiveBuffers | PooledBuffers
+
+    def send(self, parts: Sequence[Bytes], timeout: float | None = None) -> None: ...
+    def recv(self, timeout: float | None = None, max_length: int | None = None) -> Received: ...
+    def send_raw(self, data: Bytes, timeout: float | None = None) -> None: ...
+    def recv_raw(self, nbytes: int, timeout: float | None = None) -> bytes: ...
+    def register(self, buffer: Bytes | int) -> Region: ...
+    def put(self, remote: RemoteRegion, offset: int, data: Bytes, timeout: float | None = None) -> None: ...
+    def get(self, remote: RemoteRegion, offset: int, length: int, timeout: float | None = None) -> bytes: ...
+    def close(self) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+
+
+class Listener(Protocol):
+    address: tuple[str, int]
+
+    def accept(self, timeout: float | None = None) -> Connection: ...
+    def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    name: str
+
+    def listen(self, host: str, port: int, buffers: str = "pooled") -> Listener: ...
+    def connect(self, address: tuple[str, int], timeout: float | None = None,
+                buffers: str = "pooled") -> Connection: ...
+
+
+def deadline_of(timeout: float | None, default: float) -> float:
+    return time.monotonic() + (default if timeout is None else timeout)
+
+
+def remaining(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TransportTimeout("timed out")
+    return left
+
+
+class StreamConnection:
+    """Framing over a byte stream. Subclasses provide ``_recv_into`` and ``_send_views``.
+
+    A receive that times out mid-message keeps what it has read, so the next ``recv`` resumes the same
+    message: a caller may poll with short timeouts without corrupting the stream.
+    """
+
+    transport = "stream"
+
+    def __init__(self, buffers, default_timeout: float = DEFAULT_TIMEOUT):
+        self.buffers = buffers
+        self.default_timeout = default_timeout
+        self._send_lock = threading.Lock()
+        self._hdr = bytearray(4)
+        self._hdr_view = memoryview(self._hdr)
+        self._hdr_n = 0
+        self._body = None          # (view, release) of the message being received
+        self._body_n = 0
+        self._closed = False
+
+    # -- implemented by subclasses -------------------------------------------------------------
+    def _recv_into(self, view: memoryview, deadline: float) -> int:
+        """Read at least one byte into ``view``; raise TransportTimeout/TransportClosed."""
+        raise NotImplementedError
+
+    def _send_views(self, views: Sequence[Bytes], deadline: float) -> None:
+        raise NotImplementedError
+
+    # -- messages ------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def send(self, parts: Sequence[Bytes], timeout: float | None = None) -> None:
+        total = sum(len(p) for p in parts)
+        if total > MAX_FRAME:
+            raise FrameTooLarge(total, MAX_FRAME)
+        views = self.buffers.gather([LENGTH.pack(total), *parts])
+        deadline = deadline_of(timeout, self.default_timeout)
+        with self._send_lock:
+            self._send_views(views, deadline)
+
+    def recv(self, timeout: float | None = None, max_length: int | None = None) -> Received:
+        deadline = deadline_of(timeout, self.default_timeout)
+        while self._hdr_n < 4:
+            self._hdr_n += self._recv_into(self._hdr_view[self._hdr_n:], deadline)
+        (length,) = LENGTH.unpack(self._hdr)
+        if max_length is not None and length > max_length:
+            raise FrameTooLarge(length, max_length)
+        if self._body is None:
+            self._body = self.buffers.acquire(length)
+            self._body_n = 0
+        view, release = self._body
+        while self._body_n < length:
+            self._body_n += self._recv_into(view[self._body_n:], deadline)
+        self._hdr_n, self._body = 0, None
+        return self.buffers.finish(view, release)
+
+    def send_raw(self, data: Bytes, timeout: float | None = None) -> None:
+        with self._send_lock:
+            self._send_views([data], deadline_of(timeout, self.default_timeout))
+
+    def recv_raw(self, nbytes: int, timeout: float | None = None) -> bytes:
+        deadline = deadline_of(timeout, self.default_timeout)
+        buf = bytearray(nbytes)
+        view, got = memoryview(buf), 0
+        while got < nbytes:
+            got += self._recv_into(view[got:], deadline)
+        return bytes(buf)
