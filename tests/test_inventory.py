@@ -144,6 +144,7 @@ launcher = "telepathy"
     "node not a table": ('nodes = [1]\n', ["nodes[0]", "table"]),
     "no nodes": ('[cluster]\nname = "x"\n', ["'nodes'", "at least one"]),
     "empty nodes": ('nodes = []\n', ["'nodes'", "at least one"]),
+    "single brackets": ('[nodes]\nname = "a"\n', ["'nodes'", "[[nodes]]"]),
 }
 
 

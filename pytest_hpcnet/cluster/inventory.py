@@ -164,6 +164,9 @@ def load_inventory(path: Path) -> Cluster:
     defaults, default_settings = _Table(doc.get("cluster", {}), path, "[cluster]").read(_CLUSTER_FIELDS)
 
     raw_nodes = doc.get("nodes")
+    if isinstance(raw_nodes, dict):
+        raise top.error("nodes", "write each node as [[nodes]] (double brackets: one entry per node), "
+                                 "not [nodes]")
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise top.error("nodes", "needs at least one [[nodes]] entry")
     nodes: list[Node] = []
@@ -172,10 +175,11 @@ def load_inventory(path: Path) -> Cluster:
         label = f"nodes[{index}]"
         if isinstance(raw, dict) and isinstance(raw.get("name"), str):
             label += f" ({raw['name']!r})"
-        node = _read_node(_Table(raw, path, label), defaults, default_settings)
+        table = _Table(raw, path, label)
+        node = _read_node(table, defaults, default_settings)
         if node.name in first_index:
-            raise top.error("name", f"{label}: duplicate node name {node.name!r} "
-                                    f"(first used by nodes[{first_index[node.name]}])")
+            raise table.error("name", f"duplicate node name {node.name!r} "
+                                      f"(first used by nodes[{first_index[node.name]}])")
         first_index[node.name] = index
         nodes.append(node)
 
