@@ -1,0 +1,1 @@
+"""The reference implementation: transport, RPC, MapReduce and DFS that run on any Linux box."""

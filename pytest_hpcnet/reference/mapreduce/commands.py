@@ -1,0 +1,159 @@
+"""``hpcnet teragen|terasort|teravalidate|randomwriter|sort|sortvalidate``: the data tools by hand, with
+Hadoop's argument order. They run in this process (the ``--cluster`` option arrives with the engine).
+
+Exit status: 0 on success, 1 when a validation finds problems, 2 for bad input (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import re
+import sys
+import time
+
+from ...errors import ConfigError, HpcnetError
+
+_HUMAN_ROWS = {"k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}   # Hadoop TeraGen's suffixes
+_HUMAN_BYTES = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def parse_count(text: str, suffixes: dict[str, int], where: str) -> int:
+    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]?)\s*", text)
+    if not m or (m.group(2) and m.group(2).lower() not in suffixes):
+        raise ConfigError(f"{text!r} is not a whole number (optionally with a suffix "
+                          f"{'/'.join(suffixes)})", where)
+    return int(m.group(1)) * (suffixes[m.group(2).lower()] if m.group(2) else 1)
+
+
+def parse_positive(text: str, where: str) -> int:
+    value = parse_count(text, {}, where)
+    if value < 1:
+        raise ConfigError(f"must be at least 1, got {value}", where)
+    return value
+
+
+def _os_errors_as_hpcnet(func):
+    """A missing or unreadable file is bad input too: one line, not a traceback."""
+    @functools.wraps(func)
+    def wrapper(args):
+        try:
+            return func(args)
+        except OSError as e:
+            raise HpcnetError(f"{e.filename or ''}: {e.strerror or e}") from e
+    return wrapper
+
+
+@_os_errors_as_hpcnet
+def cmd_teragen(args) -> int:
+    from .teragen import teragen
+    rows = parse_count(args.rows, _HUMAN_ROWS, "teragen ROWS")
+    maps = parse_positive(args.maps, "--maps")
+    start = parse_count(args.start, {}, "--start")
+    t0 = time.perf_counter()
+    result = teragen(rows, args.outdir, maps=maps, start_row=start)
+    dt = time.perf_counter() - t0
+    rate = f", {rows / dt:,.0f} rows/s" if dt > 0 and rows else ""
+    print(f"teragen: {rows} rows ({rows * 100 / 1e6:.1f} MB) in {maps} files under {args.outdir} "
+          f"in {dt:.2f} s{rate}; checksum {result.checksum_hex}")
+    return 0
+
+
+@_os_errors_as_hpcnet
+def cmd_terasort(args) -> int:
+    from .terasort import terasort
+    reduces = parse_positive(args.reduces, "--reduces")
+    t0 = time.perf_counter()
+    result = terasort(args.indir, args.outdir, reduces=reduces)
+    dt = time.perf_counter() - t0
+    phases = ", ".join(f"{k} {v:.2f} s" for k, v in result.phase_seconds.items())
+    print(f"terasort: {result.records} records into {reduces} files under {args.outdir} in {dt:.2f} s "
+          f"({phases})")
+    return 0
+
+
+@_os_errors_as_hpcnet
+def cmd_teravalidate(args) -> int:
+    from .teravalidate import is_valid_report, teravalidate
+    lines = teravalidate(args.outdir, args.reportdir)
+    for line in lines:
+        print(line)
+    if not lines:
+        print("teravalidate: no records in the input; the report is empty", file=sys.stderr)
+        return 0
+    return 0 if is_valid_report(lines) else 1
+
+
+@_os_errors_as_hpcnet
+def cmd_randomwriter(args) -> int:
+    from .randomwriter import randomwriter
+    total = parse_count(args.bytes, _HUMAN_BYTES, "--bytes")
+    maps = parse_positive(args.maps, "--maps")
+    seed = parse_count(args.seed, {}, "--seed")
+    result = randomwriter(args.outdir, total, maps=maps, seed=seed)
+    print(f"randomwriter: {result.records} records, {result.bytes} key+value bytes in {maps} files "
+          f"under {args.outdir}")
+    return 0
+
+
+@_os_errors_as_hpcnet
+def cmd_sort(args) -> int:
+    from .sort import sort
+    reduces = parse_positive(args.reduces, "--reduces")
+    result = sort(args.indir, args.outdir, reduces=reduces)
+    print(f"sort: {result.records} records into {reduces} files under {args.outdir}")
+    return 0
+
+
+@_os_errors_as_hpcnet
+def cmd_sortvalidate(args) -> int:
+    from .sortvalidate import sortvalidate
+    result = sortvalidate(args.indir, args.outdir)
+    for line in result.lines:
+        print(line)
+    return 0 if result.ok else 1
+
+
+def add_commands(subparsers) -> None:
+    def add(name, func, help_text):
+        p = subparsers.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(func=func)
+        return p
+
+    p = add("teragen", cmd_teragen, "Generate TeraSort input, byte-identical to Hadoop's TeraGen.")
+    p.add_argument("rows", metavar="ROWS", help="number of 100-byte rows; suffix k/m/b/t = 10^3/6/9/12")
+    p.add_argument("outdir", metavar="OUTDIR", help="output directory (must not exist)")
+    p.add_argument("--maps", default="1", metavar="M", help="number of map tasks / output files (default 1)")
+    p.add_argument("--start", default="0", metavar="N", help="first row number (gensort -b; default 0)")
+
+    p = add("terasort", cmd_terasort, "Sort TeraGen data with the sampled total-order partitioner.")
+    p.add_argument("indir", metavar="INDIR")
+    p.add_argument("outdir", metavar="OUTDIR", help="output directory (must not exist)")
+    p.add_argument("--reduces", default="1", metavar="R", help="number of reduce tasks / output files")
+
+    p = add("teravalidate", cmd_teravalidate, "Check TeraSort output; print and write the report.")
+    p.add_argument("outdir", metavar="OUTDIR", help="the directory to validate")
+    p.add_argument("reportdir", metavar="REPORTDIR", help="where to write part-r-00000 (must not exist)")
+
+    p = add("randomwriter", cmd_randomwriter, "Write seeded random binary key/value records.")
+    p.add_argument("outdir", metavar="OUTDIR", help="output directory (must not exist)")
+    p.add_argument("--bytes", default="64m", metavar="B",
+                   help="total key+value bytes; suffix k/m/g/t = KiB/MiB/GiB/TiB (default 64m)")
+    p.add_argument("--maps", default="1", metavar="M", help="number of map tasks / output files")
+    p.add_argument("--seed", default="0", metavar="S", help="random seed (default 0)")
+
+    p = add("sort", cmd_sort, "Sort randomwriter data (hash-partitioned, each output file sorted).")
+    p.add_argument("indir", metavar="INDIR")
+    p.add_argument("outdir", metavar="OUTDIR", help="output directory (must not exist)")
+    p.add_argument("--reduces", default="1", metavar="R", help="number of reduce tasks / output files")
+
+    p = add("sortvalidate", cmd_sortvalidate, "Check that sort output holds exactly the input, sorted.")
+    p.add_argument("indir", metavar="INDIR", help="the sort's input")
+    p.add_argument("outdir", metavar="OUTDIR", help="the sort's output")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """A parser with only these commands (for tests and ``python -m``)."""
+    parser = argparse.ArgumentParser(prog="hpcnet")
+    add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    return parser
