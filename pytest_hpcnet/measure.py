@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
+import math
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
+
+import numpy as np
+from scipy import stats
 
 Direction = Literal["lower", "higher"]  # which way is better for the metric
 
@@ -33,3 +39,188 @@ class Measurement:
         d = dict(d)
         d["nodes"] = tuple(d.get("nodes", ()))
         return cls(**d)
+
+
+# --- statistics ----------------------------------------------------------------------------------
+#
+# Defaults the plugin uses for a paired comparison. DEFAULT_ROUNDS is chosen so that the regression
+# gate documented in ``claims.py`` (ratio <= 1.0, tolerance 0.03) fails <= 1% of A/A comparisons and
+# catches a 20% slowdown in >= 95% of comparisons when each sample carries 10% multiplicative noise
+# (tests/test_claims.py::test_regression_gate_quality measures both). Fewer rounds lose power: at 16
+# rounds the same gate catches only ~93% of 20% slowdowns.
+DEFAULT_ROUNDS = 24
+DEFAULT_WARMUP = 1
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_RESAMPLES = 2000
+
+
+def _as_samples(samples: Iterable[float], what: str = "samples") -> np.ndarray:
+    """Samples as a 1-d float array; empty, non-numeric or non-finite input is a ValueError."""
+    try:
+        arr = np.asarray(list(samples), dtype=float)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{what}: not a sequence of numbers ({e})") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{what}: expected a flat sequence of numbers, got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{what}: no samples (cannot summarize an empty sequence)")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{what}: contains NaN or infinity")
+    return arr
+
+
+def summarize(samples: Iterable[float]) -> dict:
+    """perftest/sockperf-style summary: n, min, median, mean, stdev, p99, p99_9, max.
+
+    ``stdev`` is the sample standard deviation (ddof=1; 0.0 for a single sample). Percentiles use
+    numpy's default linear interpolation between order statistics.
+    """
+    arr = _as_samples(samples)
+    p99, p99_9 = np.percentile(arr, [99.0, 99.9])
+    return {
+        "n": int(arr.size),
+        "min": float(arr.min()),
+        "median": float(np.median(arr)),
+        "mean": float(arr.mean()),
+        "stdev": float(arr.std(ddof=1)) if arr.size > 1 else 0.0,
+        "p99": float(p99),
+        "p99_9": float(p99_9),
+        "max": float(arr.max()),
+    }
+
+
+def measurement(metric: str, samples: Iterable[float], *, unit: str, direction: Direction,
+                config: str, nodes: Iterable[str] = (), params: dict | None = None) -> Measurement:
+    """A ``Measurement`` whose value is the median of ``samples`` and whose stats are ``summarize``'s."""
+    if direction not in ("lower", "higher"):
+        raise ValueError(f"{metric}: direction must be 'lower' or 'higher', got {direction!r}")
+    arr = _as_samples(samples, metric)
+    stats = summarize(arr)
+    return Measurement(metric=metric, value=stats["median"], unit=unit, direction=direction,
+                       samples=[float(x) for x in arr], config=config, nodes=tuple(nodes),
+                       params=dict(params or {}), stats=stats)
+
+
+# --- paired, interleaved measurement -------------------------------------------------------------
+
+@dataclass
+class Paired:
+    """Samples of a baseline and a candidate taken in the same rounds; index i of each is round i."""
+
+    baseline_name: str
+    candidate_name: str
+    baseline: list[float]
+    candidate: list[float]
+
+    def __post_init__(self):
+        if len(self.baseline) != len(self.candidate):
+            raise ValueError(f"paired samples differ in length: {self.baseline_name} has "
+                             f"{len(self.baseline)}, {self.candidate_name} has {len(self.candidate)}")
+
+    @property
+    def rounds(self) -> int:
+        return len(self.baseline)
+
+
+def _sample(fn: Callable[[], float], name: str, when: str) -> float:
+    value = fn()
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} ({when}) returned {value!r}, not a number") from None
+    if not math.isfinite(x):
+        raise ValueError(f"{name} ({when}) returned {x}, not a finite number")
+    return x
+
+
+def run_paired(baseline: Callable[[], float], candidate: Callable[[], float], *,
+               rounds: int = DEFAULT_ROUNDS, warmup: int = DEFAULT_WARMUP,
+               baseline_name: str = "baseline", candidate_name: str = "candidate") -> Paired:
+    """Measure two configurations side by side.
+
+    Each side first runs ``warmup`` times (results discarded; caches, JIT, connection set-up), then
+    ``rounds`` rounds each take one sample of both sides. Which side goes first alternates per round
+    (A B, B A, A B, ...) so a drift in the machine's state (thermal, page cache, a neighbour's load)
+    falls on both sides equally instead of always favouring the side that runs first.
+    """
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 2:
+        raise ValueError(f"rounds must be an integer >= 2 (a ratio needs paired rounds), got {rounds!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+    for i in range(warmup):
+        _sample(baseline, baseline_name, f"warm-up {i}")
+        _sample(candidate, candidate_name, f"warm-up {i}")
+    base: list[float] = []
+    cand: list[float] = []
+    for r in range(rounds):
+        if r % 2 == 0:
+            base.append(_sample(baseline, baseline_name, f"round {r}"))
+            cand.append(_sample(candidate, candidate_name, f"round {r}"))
+        else:
+            cand.append(_sample(candidate, candidate_name, f"round {r}"))
+            base.append(_sample(baseline, baseline_name, f"round {r}"))
+    return Paired(baseline_name, candidate_name, base, cand)
+
+
+# --- bootstrap confidence intervals --------------------------------------------------------------
+
+class RatioCI(NamedTuple):
+    """Median of per-round ratios candidate/baseline and its bootstrap confidence interval."""
+
+    ratio: float
+    lo: float
+    hi: float
+    n: int
+
+
+# scipy >= 1.15 names the generator argument ``rng``; older releases call it ``random_state``.
+_BOOTSTRAP_RNG_ARG = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"
+
+
+def median_ci(samples: Iterable[float], *, confidence: float = DEFAULT_CONFIDENCE,
+              resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> tuple[float, float, float]:
+    """(median, lo, hi): percentile-bootstrap CI of the median of ``samples``.
+
+    Uses ``scipy.stats.bootstrap`` (percentile method, vectorised statistic, seeded numpy
+    Generator), so resampling is one array operation, not a Python loop. Needs >= 2 samples.
+    """
+    arr = _as_samples(samples)
+    if arr.size < 2:
+        raise ValueError(f"a confidence interval needs at least 2 samples, got {arr.size}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be between 0 and 1, got {confidence!r}")
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 100:
+        raise ValueError(f"resamples must be an integer >= 100, got {resamples!r}")
+    point = float(np.median(arr))
+    if np.all(arr == arr[0]):
+        return point, point, point     # no spread: every resample has the same median
+    res = stats.bootstrap((arr,), np.median, n_resamples=resamples, confidence_level=confidence,
+                          method="percentile", vectorized=True,
+                          **{_BOOTSTRAP_RNG_ARG: np.random.default_rng(seed)})
+    ci = res.confidence_interval
+    return point, float(ci.low), float(ci.high)
+
+
+def paired_ratios(baseline: Iterable[float], candidate: Iterable[float]) -> np.ndarray:
+    """candidate_i / baseline_i per round; lengths must match and baselines must be non-zero."""
+    b = _as_samples(baseline, "baseline samples")
+    c = _as_samples(candidate, "candidate samples")
+    if b.size != c.size:
+        raise ValueError(f"paired samples differ in length: baseline {b.size}, candidate {c.size}")
+    if np.any(b == 0):
+        raise ValueError(f"baseline sample is zero in round(s) {np.flatnonzero(b == 0).tolist()}; "
+                         "a ratio to it is undefined")
+    return c / b
+
+
+def ratio_ci(baseline: Iterable[float], candidate: Iterable[float], *,
+             confidence: float = DEFAULT_CONFIDENCE, resamples: int = DEFAULT_RESAMPLES,
+             seed: int = 0) -> RatioCI:
+    """Median paired ratio candidate/baseline with a bootstrap CI over rounds.
+
+    Pairing happens before resampling: each round's ratio is one observation, so drift shared by
+    both sides of a round cancels, and the bootstrap resamples whole rounds.
+    """
+    ratios = paired_ratios(baseline, candidate)
+    point, lo, hi = median_ci(ratios, confidence=confidence, resamples=resamples, seed=seed)
+    return RatioCI(point, lo, hi, int(ratios.size))
