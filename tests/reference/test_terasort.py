@@ -39,6 +39,19 @@ def test_sort_records_matches_python_sorted():
     assert got == want
 
 
+def test_sort_records_with_few_ties_is_stable():
+    # mostly distinct keys plus a few groups sharing the high 8 bytes (the tie-fixing path)
+    rng = random.Random(5)
+    keys = [rng.randbytes(10) for _ in range(3000)]
+    for g in range(5):
+        prefix = rng.randbytes(8)
+        keys += [prefix + bytes(rng.choice(TRICKY) for _ in range(2)) for _ in range(7)]
+    rng.shuffle(keys)
+    records = as_records(keys)
+    got = [r.tobytes() for r in rec.sort_records(records)]
+    assert got == sorted((r.tobytes() for r in records), key=lambda r: r[:10])
+
+
 def test_misordered_positions():
     keys = [b"\x00" * 10, b"\x80" + b"\x00" * 9, b"\x7f" + b"\xff" * 9, b"\x7f" + b"\xff" * 9]
     assert rec.misordered_positions(as_records(keys)).tolist() == [2]

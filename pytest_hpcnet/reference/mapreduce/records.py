@@ -126,12 +126,34 @@ def keys_as_records(keys: list[bytes]) -> np.ndarray:
     return np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(-1, KEY_LENGTH)
 
 
+_MAX_TIED_GROUPS = 64  # beyond this many equal high-8-byte groups a full lexsort is cheaper
+
+
+def key_order(records: np.ndarray) -> np.ndarray:
+    """The stable permutation that sorts records by key. An unstable sort of the high 8 bytes is ~4x
+    faster than a two-key lexsort; the rare groups that tie on those bytes are then re-sorted by
+    (low 2 bytes, input position), which makes the result exactly the stable key order."""
+    hi, lo = key_columns(records)
+    order = np.argsort(hi)
+    hs = hi[order]
+    tied = np.flatnonzero(hs[1:] == hs[:-1])
+    if len(tied) == 0:
+        return order
+    values = np.unique(hs[tied])
+    if len(values) > _MAX_TIED_GROUPS:
+        return np.lexsort((lo, hi))
+    for h in values:
+        a, b = np.searchsorted(hs, h, "left"), np.searchsorted(hs, h, "right")
+        group = order[a:b]
+        order[a:b] = group[np.lexsort((group, lo[group]))]
+    return order
+
+
 def sort_records(records: np.ndarray) -> np.ndarray:
     """Records sorted by key (stable: equal keys keep their input order)."""
     if len(records) < 2:
         return records.copy()
-    hi, lo = key_columns(records)
-    return records[np.lexsort((lo, hi))]
+    return records[key_order(records)]
 
 
 def misordered_positions(records: np.ndarray) -> np.ndarray:
