@@ -40,7 +40,8 @@ def _os_errors_as_hpcnet(func):
         try:
             return func(args)
         except OSError as e:
-            raise HpcnetError(f"{e.filename or ''}: {e.strerror or e}") from e
+            where = f"{e.filename}: " if e.filename else ""
+            raise HpcnetError(f"{where}{e.strerror or e}") from e
     return wrapper
 
 
