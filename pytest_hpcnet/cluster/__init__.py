@@ -13,6 +13,7 @@ from ..errors import ConfigError
 from .launcher import LAUNCHERS, Launcher, Process, launcher_for, register, run  # noqa: F401
 from .model import Cluster, Node
 from . import ssh  # noqa: F401  (registers the "ssh" launcher)
+from . import netns  # noqa: F401  (registers the "netns" launcher)
 
 _EMBEDDED = re.compile(r"^(local|netns):(\d+)$")
 
@@ -40,7 +41,9 @@ def load_cluster(spec: str, root: Path, where: str | None = None, sysroot: Path 
         if not 1 <= n <= 64:
             raise ConfigError(f"{spec!r}: node count must be 1..64", where)
         if kind == "netns":
-            raise ConfigError(f"{spec!r}: netns clusters are not available yet (qjump issue)", where)
+            if not netns.available():
+                raise ConfigError(f"{spec!r}: {netns.NEEDS_ROOT}", where)
+            return netns.netns_cluster(n, root)
         return local_cluster(n, root, sysroot=sysroot or Path("/"))
     if spec.startswith(("local:", "netns:")):
         raise ConfigError(f"{spec!r}: expected local:N or netns:N with N a whole number", where)

@@ -1,0 +1,122 @@
+"""CLI: ``hpcnet qjump run``, ``hpcnet qjump-config`` and ``hpcnet plot cdf``.
+
+    hpcnet qjump run -p 7 -- python3 app.py ...     # like qjau.py -p 7 -c CMD (Python programs only)
+    hpcnet qjump-config --bytesq 256 --timeq 5 --p0rate 100 [--link-rate 200mbit] [--dev eth0] [--apply NS]
+    hpcnet plot cdf alone.bs alone hadoop.bs hadoop qjump.bs qjump [figure1c | -o figure1c.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ..errors import ConfigError, LaunchError
+from . import levels
+from .levels import LEVELS, QJumpParams
+
+HOOK_DIR = Path(__file__).with_name("hook")
+
+
+def add_commands(subparsers) -> None:
+    q = subparsers.add_parser("qjump", help="run a command with its sockets at a QJump level")
+    qsub = q.add_subparsers(dest="qjump_command", required=True, metavar="ACTION")
+    r = qsub.add_parser("run", help="run CMD with SO_PRIORITY of LEVEL on its sockets (Python programs)")
+    r.add_argument("-p", "--priority", type=int, required=True, metavar="LEVEL", help="QJump level 0..7")
+    r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+    r.set_defaults(func=_run)
+
+    c = subparsers.add_parser("qjump-config", help="print (and optionally apply) the tc layout of QJump levels")
+    defaults = QJumpParams()
+    c.add_argument("--bytesq", type=int, default=defaults.bytesq, help="bytes per epoch (default %(default)s)")
+    c.add_argument("--timeq", type=float, default=defaults.timeq, help="epoch in µs (default %(default)s)")
+    for level in LEVELS:
+        c.add_argument(f"--p{level}rate", type=float, default=defaults.rates[level],
+                       help=f"level {level}'s multiple of bytesq/timeq (default %(default)s)")
+    c.add_argument("--link-rate", default="200mbit", help="the emulated link (tc rate, default %(default)s)")
+    c.add_argument("--dev", default="eth0", help="egress device (default %(default)s)")
+    c.add_argument("--apply", metavar="NS", default=None,
+                   help="also run the commands in network namespace NS (needs root)")
+    c.set_defaults(func=_config)
+
+    p = subparsers.add_parser("plot", help="draw figures from raw result files")
+    psub = p.add_subparsers(dest="plot_kind", required=True, metavar="KIND")
+    cdf = psub.add_parser("cdf", help="CDF of barrier-sync latency from .bs files (QJump Figure 1c)")
+    cdf.add_argument("pairs", nargs="+", metavar="FILE LABEL", help="FILE LABEL pairs, optionally then OUT")
+    cdf.add_argument("-o", "--output", default=None, help="image to write (default qjump-cdf.png)")
+    cdf.set_defaults(func=_plot_cdf)
+
+
+def hook_env(level: int, base: dict | None = None) -> dict[str, str]:
+    """The environment that makes Python programs open their sockets at ``level``."""
+    env = dict(os.environ if base is None else base)
+    env["HPCNET_QJUMP_LEVEL"] = str(levels.check_level(level, "-p/--priority"))
+    env["HPCNET_SO_PRIORITY"] = str(levels.priority_value(level))
+    env["PYTHONPATH"] = os.pathsep.join([str(HOOK_DIR)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+def looks_like_python(argv0: str) -> bool:
+    """True for a python interpreter or a script whose #! line names one."""
+    path = shutil.which(argv0) or argv0
+    if Path(path).name.startswith("python"):
+        return True
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(200)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
+def _run(args) -> int:
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        raise ConfigError("no command given (hpcnet qjump run -p LEVEL -- CMD ...)", "hpcnet qjump run")
+    env = hook_env(args.priority)
+    if not looks_like_python(cmd[0]):
+        print(f"hpcnet qjump run: warning: {cmd[0]!r} does not look like a Python program; only Python "
+              f"programs get the level (the hook patches Python's socket module)", file=sys.stderr)
+    try:
+        proc = subprocess.Popen(cmd, env=env)
+    except OSError as e:
+        raise LaunchError(f"cannot start {cmd[0]!r}: {e.strerror or e}") from None
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:  # the child got the same SIGINT; give it a moment to exit
+        try:
+            return proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
+
+
+def _config(args) -> int:
+    params = QJumpParams(bytesq=args.bytesq, timeq=args.timeq,
+                         rates=tuple(getattr(args, f"p{level}rate") for level in LEVELS))
+    link = levels.parse_rate(args.link_rate, "--link-rate")
+    commands = levels.tc_commands(args.dev, params, args.link_rate)
+    print(f"# QJump levels on {args.dev}: base rate bytesq/timeq = {params.base_rate_bits / 1e6:g} Mbit/s, "
+          f"link {link / 1e6:g} Mbit/s")
+    for level in LEVELS:
+        print(f"#   level {level}: class {levels.class_id(level)}  SO_PRIORITY {levels.priority_value(level)} "
+              f"(0x{levels.priority_value(level):x})  rate {params.level_rate_bits(level, link) / 1e6:g} Mbit/s")
+    prefix = ["tc"] + (["-n", args.apply] if args.apply else [])
+    for cmd in commands:
+        print(shlex.join(prefix + cmd))
+    if args.apply:
+        for cmd in commands:
+            done = subprocess.run(prefix + cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise LaunchError(f"{shlex.join(prefix + cmd)} failed: {done.stderr.strip()}")
+        print(f"# applied in namespace {args.apply}")
+    return 0
+
+
+def _plot_cdf(args) -> int:
+    from ..report.cdf import plot_command
+    return plot_command(args)
