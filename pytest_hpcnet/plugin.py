@@ -1,1 +1,213 @@
-"""pytest wiring (being assembled)."""
+"""pytest wiring: options, markers, fixtures, xdist plumbing, terminal summary. Logic lives elsewhere."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+
+from . import hookspec, options
+from .errors import HpcnetError
+from .hardware import FEATURES
+from .measure import Measurement, Paired
+from .report.terminal import measurements_table, verdicts_table
+from .session import HpcnetSession
+
+_KEY = pytest.StashKey[HpcnetSession]()
+
+
+class ClaimWarning(UserWarning):
+    """A claim's confidence interval straddles its bound, or sits inside the warn band."""
+
+
+def pytest_addhooks(pluginmanager):
+    pluginmanager.add_hookspecs(hookspec)
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("hpcnet", "pytest-hpcnet: big-data stacks on fast networks")
+    for s in options.SETTINGS:
+        kind = "append" if s.many else "store"
+        group.addoption(s.flag, action=kind, dest=f"hpcnet_{s.name}", default=[] if s.many else None,
+                        metavar=s.name.upper(), help=f"{s.help} (env {s.env}, ini {s.ini}; default: {s.default})")
+        parser.addini(s.ini, help=s.help, type="linelist" if s.many else "string", default=None)
+
+
+def _settings(config) -> dict:
+    ini_file = str(config.inipath) if config.inipath else None
+    out = {}
+    for s in options.SETTINGS:
+        ini = config.getini(s.ini)
+        out[s.name] = options.resolve(s, getattr(config.option, f"hpcnet_{s.name}"), ini_value=ini or None,
+                                      ini_file=ini_file)
+    return out
+
+
+def pytest_configure(config):
+    for name, description in FEATURES.items():
+        config.addinivalue_line("markers", f"{name}: needs hardware feature '{name}' on every node ({description})")
+    if config.option.help or config.option.showfixtures or getattr(config.option, "markers", False):
+        return
+    workerinput = getattr(config, "workerinput", None)
+    try:
+        session = HpcnetSession(_settings(config), rootdir=config.rootpath, args=list(config.args),
+                                worker_probes=workerinput.get("hpcnet_probes") if workerinput else None)
+    except HpcnetError as e:
+        raise pytest.UsageError(f"pytest-hpcnet: {e}") from None
+    config.stash[_KEY] = session
+
+
+def pytest_unconfigure(config):
+    session = config.stash.get(_KEY, None)
+    if session is not None:
+        session.close()
+
+
+def _session(config) -> HpcnetSession:
+    try:
+        return config.stash[_KEY]
+    except KeyError:
+        raise pytest.UsageError("pytest-hpcnet is not configured in this run") from None
+
+
+def pytest_collection_modifyitems(session, config, items):
+    hs = config.stash.get(_KEY, None)
+    if hs is None:
+        return
+    for item in items:
+        hs.collected_paths.add(Path(item.path).resolve())
+        required = [m.name for m in item.iter_markers() if m.name in FEATURES]
+        if required and (reason := hs.skip_reason(required)):
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+# -- xdist: probes go out to workers, results come back (optional hooks: xdist may be absent) --------
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    node.workerinput["hpcnet_probes"] = _session(node.config).probes_json()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    output = getattr(node, "workeroutput", {}).get("hpcnet")
+    if output:
+        _session(node.config).merge(output)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    hs = config.stash.get(_KEY, None)
+    if hs is None:
+        return
+    if hasattr(config, "workerinput"):
+        config.workeroutput["hpcnet"] = hs.worker_output()
+        return
+    record = hs.finish()
+    config.hook.pytest_hpcnet_record(config=config, record=record)
+    hs.record_path = record.write(hs.report_dir)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    hs = config.stash.get(_KEY, None)
+    if hs is None or hasattr(config, "workerinput") or not getattr(hs, "record_path", None):
+        return
+    tr = terminalreporter
+    if hs.measurements:
+        tr.write_sep("=", "hpcnet measurements")
+        tr.write_line(measurements_table(hs.measurements))
+    if hs.verdicts:
+        tr.write_sep("=", "hpcnet claims")
+        tr.write_line(verdicts_table(hs.verdicts))
+    tr.write_line(f"hpcnet run record: {hs.record_path}")
+
+
+# -- fixtures ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def hpcnet(request) -> HpcnetSession:
+    """The run's HpcnetSession (cluster, target, claims, probes)."""
+    return _session(request.config)
+
+
+@pytest.fixture(scope="session")
+def cluster(hpcnet):
+    """The cluster under test (``--hpcnet-cluster``): ``.nodes``, each with addresses and dirs."""
+    return hpcnet.cluster
+
+
+@pytest.fixture(scope="session")
+def launchers(hpcnet):
+    """Start processes on nodes: ``launchers.start(node, argv)``. Everything is killed at the end."""
+    return hpcnet.launchers
+
+
+@pytest.fixture(scope="session")
+def target(hpcnet):
+    """The stack under test (``--hpcnet-target``) with its named configurations."""
+    return hpcnet.target
+
+
+@pytest.fixture
+def workdirs(request, cluster) -> dict:
+    """A fresh directory per node for this test: {node name: Path} under each node's work dir."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.nodeid)[-120:]
+    dirs = {}
+    for node in cluster.nodes:
+        d = Path(node.workdir) / "tests" / safe
+        d.mkdir(parents=True, exist_ok=True)
+        dirs[node.name] = d
+    return dirs
+
+
+class Recorder:
+    """What a test uses to record measurements and run paired rounds (the ``measure`` fixture)."""
+
+    def __init__(self, hs: HpcnetSession, item):
+        self._hs, self._item = hs, item
+        self.rounds = hs.rounds
+
+    def record(self, *measurements: Measurement) -> None:
+        for m in measurements:
+            m.test = self._item.nodeid
+            self._hs.record(m)
+            key = f"hpcnet.{m.metric}[{m.config}]" + "".join(f"[{k}={v}]" for k, v in sorted(m.params.items()))
+            self._item.user_properties.append((key, f"{m.value:.6g} {m.unit}"))
+
+    def paired(self, baseline, candidate, *, rounds: int | None = None, warmup: int = 1) -> Paired:
+        """Run ``(name, fn)`` pairs interleaved; each fn returns one sample per call."""
+        from .measure import run_paired
+        (bname, bfn), (cname, cfn) = baseline, candidate
+        return run_paired(bfn, cfn, rounds=rounds or self.rounds, warmup=warmup,
+                          baseline_name=bname, candidate_name=cname)
+
+
+@pytest.fixture
+def measure(request, hpcnet) -> Recorder:
+    """Record ``Measurement``s and run paired baseline/candidate rounds (``--hpcnet-rounds``)."""
+    return Recorder(hpcnet, request.node)
+
+
+@pytest.fixture
+def claim(request, hpcnet):
+    """``claim(id, paired)`` or ``claim(id, baseline_samples, candidate_samples)`` -> Verdict.
+
+    Fails the test on a failed claim, skips it when the claim's hardware is absent (n/a), and warns
+    (``ClaimWarning``) when the interval straddles the bound.
+    """
+    def check(claim_id: str, baseline, candidate=None):
+        if isinstance(baseline, Paired):
+            baseline, candidate = baseline.baseline, baseline.candidate
+        try:
+            verdict = hpcnet.check_claim(claim_id, baseline, candidate)
+        except KeyError as e:
+            pytest.fail(str(e.args[0]), pytrace=False)
+        request.node.user_properties.append((f"hpcnet.claim.{claim_id}", verdict.outcome))
+        if verdict.outcome == "n/a":
+            pytest.skip(verdict.message())
+        if verdict.outcome == "fail":
+            pytest.fail(verdict.message(), pytrace=False)
+        if verdict.outcome == "warn":
+            warnings.warn(ClaimWarning(verdict.message()))
+        return verdict
+    return check

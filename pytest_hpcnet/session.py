@@ -23,12 +23,12 @@ from .targets import load_target
 
 def discover_claim_files(rootdir: Path, args: list[str]) -> list[Path]:
     """claims.toml of every suite under the root, and any inside the paths given on the command line."""
-    found = set(Path(rootdir).glob("suites/*/claims.toml"))
+    found = {p.resolve() for p in Path(rootdir).glob("suites/*/claims.toml")}
     for arg in args:
         path = Path(arg.split("::")[0])
         if path.is_dir():
-            found.update(path.rglob("claims.toml"))
-    return sorted(p.resolve() for p in found)
+            found.update(p.resolve() for p in path.rglob("claims.toml"))
+    return sorted(found)
 
 
 class HpcnetSession:
@@ -59,32 +59,37 @@ class HpcnetSession:
             shutil.rmtree(self._tmp, ignore_errors=True)
             raise
         self.launchers = Launchers(self.cluster, self._tmp / "logs")
-        self._probes = worker_probes
+        self._probes = self.probes_from_json(worker_probes) if worker_probes is not None else None
         self.measurements: list[Measurement] = []
         self.verdicts: list[dict] = []
         self.collected_paths: set[Path] = set()
 
     # -- hardware ---------------------------------------------------------------------------------
     @property
-    def probes(self) -> dict[str, dict]:
-        """Per node: {"features": [...], "facts": {...}, "error": str|None}; probed once per run."""
+    def probes(self) -> dict[str, hardware.NodeProbe]:
+        """Every node's probe, run once per run (on xdist workers: handed over by the controller)."""
         if self._probes is None:
             found = hardware.probe_cluster(self.cluster, self.launchers)
-            self._probes = {name: {"features": sorted(set(p.features) | self.assumed), "facts": p.facts,
-                                   "error": p.error} for name, p in found.items()}
+            self._probes = {name: dataclasses.replace(p, features=p.features | self.assumed)
+                            for name, p in found.items()}
         return self._probes
+
+    def probes_json(self) -> dict:
+        return {name: {"features": sorted(p.features), "declared": sorted(p.declared), "facts": p.facts,
+                       "error": p.error} for name, p in self.probes.items()}
+
+    @staticmethod
+    def probes_from_json(data: dict) -> dict[str, hardware.NodeProbe]:
+        return {name: hardware.NodeProbe(name, frozenset(d["features"]), frozenset(d["declared"]),
+                                         d["facts"], d["error"]) for name, d in data.items()}
 
     def missing(self, required) -> dict[str, list[str]]:
         """Feature -> nodes that lack it."""
-        return {f: nodes for f in sorted(set(required))
-                if (nodes := [n for n, p in self.probes.items() if f not in p["features"]])}
+        return hardware.missing(required, self.probes)
 
     def skip_reason(self, required) -> str | None:
         missing = self.missing(required)
-        if not missing:
-            return None
-        parts = [f"{f} missing on {', '.join(nodes)}" for f, nodes in missing.items()]
-        return f"requires {', '.join(missing)} ({'; '.join(parts)}; cluster {self.cluster.source})"
+        return f"{hardware.skip_reason(missing)} (cluster {self.cluster.source})" if missing else None
 
     # -- results ----------------------------------------------------------------------------------
     def record(self, m: Measurement) -> None:
@@ -125,8 +130,9 @@ class HpcnetSession:
 
     def finish(self) -> RunRecord:
         self.verdicts += self._unevaluated_not_applicable()
+        probes = self.probes_json()
         nodes = [{"name": n.name, "host": n.host, "addresses": n.addresses, "launcher": n.launcher,
-                  **self.probes.get(n.name, {})} for n in self.cluster.nodes]
+                  **probes[n.name]} for n in self.cluster.nodes]
         prov = provenance(cluster={"source": self.cluster.source, "name": self.cluster.name, "nodes": nodes},
                           target=self.target.describe(), cwd=self.rootdir, args=self.args)
         prov["rounds"] = self.rounds

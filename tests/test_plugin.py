@@ -48,8 +48,8 @@ def test_every_marker_is_registered(pytester):
 
 
 @pytest.mark.parametrize("inventory, expected", [
-    ("[[nodes]]\nname = 'a'\nhost = 'h'\nworkdir = 'w'\nlauncher = 'teleport'\n", "*bad.toml*node a*launcher*"),
-    ("[[nodes]]\nname = 'a'\nworkdir = 'w'\n", "*bad.toml*node a*host*"),
+    ("[[nodes]]\nname = 'a'\nhost = 'h'\nworkdir = 'w'\nlauncher = 'teleport'\n", "*bad.toml*'a'*launcher*teleport*"),
+    ("[[nodes]]\nname = 'a'\nworkdir = 'w'\n", "*bad.toml*'a'*host*"),
     ("[[nodes]\n", "*bad.toml*"),
 ])
 def test_malformed_inventory_is_a_usage_error(pytester, run_hpcnet, inventory, expected):
@@ -180,11 +180,12 @@ def test_xdist_gives_one_table_and_one_record(pytester, run_hpcnet, tmp_path):
 
 
 LEAKY = """
-    import sys, pytest
+    import os, sys, pytest
 
-    def test_leaves_a_server_running(cluster, launchers, tmp_path):
+    def test_leaves_a_server_running(cluster, launchers):
         proc = launchers.start(cluster.nodes[0], [sys.executable, "-c", "import time; time.sleep(600)"])
-        (tmp_path.parent.parent / "pid").write_text(str(proc.pid))
+        with open(os.environ["PIDFILE"], "w") as f:
+            f.write(str(proc.pid))
         {end}
 """
 
@@ -192,7 +193,8 @@ LEAKY = """
 @pytest.mark.parametrize("end", ["pass", "assert False", "raise KeyboardInterrupt"])
 def test_no_process_is_left_behind(pytester, run_hpcnet, end):
     pytester.makepyfile(textwrap.dedent(LEAKY.replace("{end}", end)))
-    run_hpcnet(f"--basetemp={pytester.path / 'base' / 'tmp'}")
-    pid = int((pytester.path / "base" / "pid").read_text())
+    pidfile = pytester.path / "pid"
+    run_hpcnet(env={"PIDFILE": str(pidfile)})
+    pid = int(pidfile.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
