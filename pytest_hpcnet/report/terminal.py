@@ -19,10 +19,17 @@ def _params(p: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(p.items()))
 
 
+def _order(m: Measurement):
+    """Metric, config, then parameters with numbers compared as numbers (1, 64, 1024, not 1, 1024, 64)."""
+    params = tuple((k, (0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)))
+                   for k, v in sorted(m.params.items()))
+    return m.metric, m.config, params
+
+
 def measurements_table(measurements: list[Measurement]) -> str:
     """One row per measurement, perftest-style columns (the unit says whether it is round-trip)."""
     rows = []
-    for m in sorted(measurements, key=lambda m: (m.metric, m.config, str(sorted(m.params.items())))):
+    for m in sorted(measurements, key=_order):
         s = m.stats or {}
         rows.append([m.metric, m.config or "-", _params(m.params), m.unit, _fmt(m.value),
                      _fmt(s.get("min")), _fmt(s.get("mean")), _fmt(s.get("stdev")), _fmt(s.get("p99")),
