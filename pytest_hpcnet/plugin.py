@@ -105,6 +105,8 @@ def pytest_sessionfinish(session, exitstatus):
         config.workeroutput["hpcnet"] = hs.worker_output()
         return
     record = hs.finish()
+    if not (record.measurements or record.verdicts):
+        return  # nothing measured (e.g. the plugin's own unit tests): no record to keep
     config.hook.pytest_hpcnet_record(config=config, record=record)
     hs.record_path = record.write(hs.report_dir)
 
