@@ -1,0 +1,439 @@
+"""The engine's driver: starts one worker per node, hands out tasks, survives lost workers.
+
+The driver runs in the calling process. ``Engine.start()`` opens a control socket on loopback,
+launches ``python -m ...engine.worker`` on every node through the cluster's launchers and waits for
+each worker's hello. Jobs (``jobs.py``) then call ``run_map_only`` or ``run_mapreduce``.
+
+Scheduling: one task at a time per worker, first come first served. A worker is *lost* when its
+process exits, its control connection closes, or no heartbeat arrives for ``heartbeat_timeout``
+seconds. A lost worker's running task goes back in the queue, and so do the completed maps whose
+output lived in that node's local dir (Hadoop re-runs those too: nobody else can serve them); map
+output in the shared dir stays valid and another worker's shuffle server serves it. Every task has
+``max_attempts`` attempts (counted when dispatched; a reduce that failed only because the node it
+fetched from died gets its attempt back). When a task runs out of attempts, or no worker is left, the
+job raises ``JobFailed``; the output commit (``records.committed_output``) then removes the temporary
+output, so a failed job leaves no ``_SUCCESS`` and no partial output.
+
+Phase times of a map-reduce job: ``map`` = wall time of the map rounds, ``shuffle`` = the longest
+time any reduce spent getting its segments, ``reduce`` = wall time of the reduce rounds minus
+``shuffle`` (merge + write). A reduce starts after all maps are done (no slow start), so the three
+add up to the job's time apart from sampling and commit.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import selectors
+import socket
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ....errors import HpcnetError, LaunchError
+from .config import EngineConfig, check_runnable, parse_config
+from .protocol import Channel, ProtocolError
+
+WORKER_MODULE = "pytest_hpcnet.reference.mapreduce.engine.worker"
+JOB_ROOT = "hpcnet-mr"
+
+
+class JobFailed(HpcnetError):
+    """A job could not finish: a task ran out of attempts or every worker was lost."""
+
+
+@dataclass
+class Task:
+    kind: str                   # "map", "reduce", "cleanup"
+    index: int
+    op: str
+    args: dict
+    pin: str | None = None      # run only on this node (cleanup)
+    attempts: int = 0
+    last_error: str = ""
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+    def label(self) -> str:
+        return f"{self.kind} task {self.index}"
+
+
+@dataclass
+class WorkerHandle:
+    node: object
+    proc: object
+    sock: socket.socket | None = None
+    channel: Channel | None = None
+    shuffle: dict = field(default_factory=dict)
+    last_seen: float = 0.0
+    task: Task | None = None
+    alive: bool = False
+    lost_reason: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+
+@dataclass
+class JobResult:
+    job: str
+    config: str
+    seconds: float
+    phases: dict[str, float]
+    records: int = 0
+    output: Path | None = None
+    details: dict = field(default_factory=dict)
+    attempts: int = 0           # task attempts dispatched (maps + reduces)
+    lost_workers: list[str] = field(default_factory=list)
+
+
+class Engine:
+    """Workers on a cluster's nodes and the driver loop that feeds them (a context manager)."""
+
+    def __init__(self, cluster, launchers, *, nodes=None, max_attempts: int = 4,
+                 heartbeat_timeout: float = 10.0, start_timeout: float = 60.0,
+                 driver_host: str = "127.0.0.1"):
+        if max_attempts < 1:
+            raise HpcnetError(f"max_attempts must be >= 1, got {max_attempts}")
+        self.cluster, self.launchers = cluster, launchers
+        self.nodes = list(nodes if nodes is not None else cluster.nodes)
+        if not self.nodes:
+            raise HpcnetError(f"cluster {cluster.name!r} has no nodes to run workers on")
+        self.max_attempts, self.heartbeat_timeout = max_attempts, heartbeat_timeout
+        self.start_timeout, self.driver_host = start_timeout, driver_host
+        self.workers: dict[str, WorkerHandle] = {}
+        self._selector = selectors.DefaultSelector()
+        self._listener: socket.socket | None = None
+        self.on_event: Callable[..., None] | None = None
+        self._on_lost: Callable[[WorkerHandle], bool] | None = None
+        self._lost_this_job: list[str] = []
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def start(self) -> "Engine":
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _start(self) -> None:
+        self._listener = socket.create_server((self.driver_host, 0))
+        host, port = self._listener.getsockname()[:2]
+        for node in self.nodes:
+            argv = [sys.executable, "-m", WORKER_MODULE, "--driver", f"{host}:{port}", "--node", node.name,
+                    "--workdir", str(node.workdir), "--shared", str(node.shared or ""),
+                    "--addresses", json.dumps(dict(node.addresses))]
+            self.workers[node.name] = WorkerHandle(node, self.launchers.start(node, argv))
+        deadline = time.monotonic() + self.start_timeout
+        self._listener.settimeout(0.1)
+        pending: list[tuple[socket.socket, Channel]] = []
+        while not all(w.alive for w in self.workers.values()):
+            for w in self.workers.values():
+                code = w.proc.poll()
+                if code is not None and not w.alive:
+                    raise LaunchError(f"engine worker on {w.name} exited with {code} before saying hello: "
+                                      f"{w.proc.output()[1].strip()[-800:]}")
+            if time.monotonic() > deadline:
+                late = [w.name for w in self.workers.values() if not w.alive]
+                raise LaunchError(f"engine worker(s) on {', '.join(late)} did not connect within "
+                                  f"{self.start_timeout:.0f}s")
+            try:
+                sock, _ = self._listener.accept()
+                sock.settimeout(0.1)
+                pending.append((sock, Channel(sock)))
+            except socket.timeout:
+                pass
+            for sock, channel in list(pending):
+                try:
+                    data = sock.recv(1 << 16)
+                except socket.timeout:
+                    continue
+                if not data:
+                    pending.remove((sock, channel))
+                    sock.close()
+                    continue
+                for message in channel.feed(data):
+                    w = self.workers.get(message.get("node")) if message.get("type") == "hello" else None
+                    if w is None or w.alive:
+                        continue
+                    pending.remove((sock, channel))
+                    sock.setblocking(False)
+                    w.sock, w.channel, w.shuffle = sock, channel, message["shuffle"]
+                    w.alive, w.last_seen = True, time.monotonic()
+                    self._selector.register(sock, selectors.EVENT_READ, w)
+                    break
+        for sock, _ in pending:
+            sock.close()
+
+    def close(self) -> None:
+        for w in self.workers.values():
+            if w.alive and w.channel is not None:
+                try:
+                    w.sock.setblocking(True)
+                    w.sock.settimeout(1.0)
+                    w.channel.send({"type": "stop"})
+                except OSError:
+                    pass
+        for w in self.workers.values():
+            try:
+                w.proc.wait(3)
+            except Exception:
+                pass
+            w.proc.kill()
+            if w.sock is not None:
+                try:
+                    self._selector.unregister(w.sock)
+                except (KeyError, ValueError):
+                    pass
+                w.sock.close()
+            w.alive = False
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        self._selector.close()
+
+    def worker_process(self, node_name: str):
+        """The worker's Process handle (tests kill it to simulate a node failure)."""
+        return self.workers[node_name].proc
+
+    def live_workers(self) -> list[WorkerHandle]:
+        return [w for w in self.workers.values() if w.alive]
+
+    # -- events, losses -------------------------------------------------------------------------------
+    def _event(self, event: str, **info) -> None:
+        if self.on_event is not None:
+            self.on_event(event, **info)
+
+    def _lose(self, w: WorkerHandle, reason: str) -> bool:
+        """Mark a worker lost; requeueing is the caller's. Returns whether the job asks to abort."""
+        if not w.alive:
+            return False
+        w.alive, w.lost_reason = False, reason
+        self._lost_this_job.append(w.name)
+        try:
+            self._selector.unregister(w.sock)
+        except (KeyError, ValueError):
+            pass
+        w.sock.close()
+        w.proc.kill()
+        self._event("worker_lost", node=w.name, reason=reason)
+        return self._on_lost(w) if self._on_lost else False
+
+    def _confirm_lost(self, name: str, grace: float = 2.0) -> bool:
+        """After a fetch from ``name`` failed: is that worker dead (waiting briefly for the evidence)?"""
+        w = self.workers.get(name)
+        if w is None:
+            return False
+        deadline = time.monotonic() + grace
+        while w.alive and time.monotonic() < deadline:
+            if w.proc.poll() is not None:
+                return True
+            time.sleep(0.02)
+        return not w.alive
+
+    # -- the task loop --------------------------------------------------------------------------------
+    def _run(self, tasks: list[Task], on_done: Callable[[Task, WorkerHandle, dict], None],
+             on_lost: Callable[[WorkerHandle], bool] | None = None) -> bool:
+        """Run tasks until all are done. If ``on_lost`` returns True (the job must re-run maps first),
+        stop dispatching, let running tasks finish, and return False; True when everything ran."""
+        queue = collections.deque(tasks)
+        aborted = False
+        self._on_lost = on_lost
+        requeue: list[Task] = []
+
+        def put_back(task: Task):
+            requeue.append(task)
+
+        while True:
+            queue.extend(requeue)
+            requeue.clear()
+            busy = [w for w in self.workers.values() if w.alive and w.task is not None]
+            if (aborted or not queue) and not busy:
+                return not aborted and not queue
+            alive = self.live_workers()
+            if not alive:
+                last = next((t for t in [*queue, *busy] if t), None)
+                raise JobFailed("every engine worker was lost ("
+                                + "; ".join(f"{w.name}: {w.lost_reason}" for w in self.workers.values())
+                                + ")" + (f"; last error: {last.last_error}" if last and last.last_error else ""))
+            if not aborted:
+                for w in alive:
+                    if w.task is not None or not queue:
+                        continue
+                    task = next((t for t in queue if t.pin in (None, w.name)), None)
+                    if task is None:
+                        continue
+                    queue.remove(task)
+                    if task.attempts >= self.max_attempts:
+                        raise JobFailed(f"{task.label()} failed {task.attempts} time(s), the limit; "
+                                        f"last error: {task.last_error}")
+                    task.attempts += 1
+                    w.task = task
+                    try:
+                        w.channel.send({"type": "task", "task": task.id, "op": task.op, "args": task.args})
+                    except OSError as e:
+                        w.task = None
+                        task.last_error = f"its worker {w.name} was lost ({e})"
+                        put_back(task)
+                        aborted |= self._lose(w, f"control connection failed: {e}")
+                        continue
+                    self._event("dispatch", kind=task.kind, index=task.index, node=w.name)
+                # pinned tasks whose node is gone are dropped (cleanup of a dead node)
+                for t in [t for t in queue if t.pin and not self.workers[t.pin].alive]:
+                    queue.remove(t)
+            for key, _ in self._selector.select(timeout=0.05):
+                w = key.data
+                try:
+                    data = w.sock.recv(1 << 16)
+                except BlockingIOError:
+                    continue
+                except OSError as e:
+                    data, err = b"", e
+                if not data:
+                    aborted |= self._lose_running(w, "control connection closed", put_back)
+                    continue
+                try:
+                    messages = w.channel.feed(data)
+                except ProtocolError as e:
+                    aborted |= self._lose_running(w, f"sent garbage: {e}", put_back)
+                    continue
+                w.last_seen = time.monotonic()
+                for m in messages:
+                    task = w.task
+                    if m.get("type") not in ("done", "failed") or task is None or m.get("task") != task.id:
+                        continue
+                    w.task = None
+                    if m["type"] == "done":
+                        on_done(task, w, m["result"])
+                        self._event(f"{task.kind}_done", index=task.index, node=w.name)
+                        continue
+                    task.last_error = f"on {w.name}: {m.get('error')}"
+                    source = m.get("fetch_node")
+                    if source and self._confirm_lost(source):
+                        task.attempts -= 1        # not the reduce's fault: its source node died
+                        sw = self.workers[source]
+                        if sw.alive:
+                            aborted |= self._lose_running(sw, f"process exited with {sw.proc.poll()}", put_back)
+                    put_back(task)
+            now = time.monotonic()
+            for w in self.live_workers():
+                code = w.proc.poll()
+                if code is not None:
+                    aborted |= self._lose_running(w, f"process exited with {code}", put_back)
+                elif now - w.last_seen > self.heartbeat_timeout:
+                    aborted |= self._lose_running(w, f"no heartbeat for {self.heartbeat_timeout:g}s", put_back)
+
+    def _lose_running(self, w: WorkerHandle, reason: str, put_back) -> bool:
+        task, w.task = w.task, None
+        if task is not None:
+            task.last_error = f"its worker {w.name} was lost: {reason}"
+            put_back(task)
+        return self._lose(w, reason)
+
+    # -- job shapes -----------------------------------------------------------------------------------
+    def run_map_only(self, op: str, task_args: list[dict]) -> list[dict]:
+        """Run one task per args dict; results in task order."""
+        self._lost_this_job = []
+        results: list[dict | None] = [None] * len(task_args)
+        tasks = [Task("map", i, op, a) for i, a in enumerate(task_args)]
+
+        def done(task, w, result):
+            results[task.index] = result
+        self._run(tasks, done)
+        return results
+
+    def run_mapreduce(self, name: str, config: EngineConfig | str, map_op: str, map_args: list[dict],
+                      reduces: int, reduce_op: str, outdir: Path) -> JobResult:
+        """Maps (each args dict gets ``root``/``out`` for its spill), then ``reduces`` reduces writing
+        ``part-r-NNNNN`` into ``outdir`` (the job's temporary output dir)."""
+        config = parse_config(config)
+        check_runnable(config, self.cluster)
+        self._lost_this_job = []
+        job_id = f"{name}-{uuid.uuid4().hex[:8]}"
+        root = "shared" if config.intermediate == "shared" else "local"
+        job_dir = f"{JOB_ROOT}/{job_id}"
+        maps = [Task("map", i, map_op, dict(a, root=root)) for i, a in enumerate(map_args)]
+        outputs: dict[int, dict] = {}
+        reduce_results: dict[int, dict] = {}
+        phases = {"map": 0.0, "shuffle": 0.0, "reduce": 0.0}
+        t_job = time.perf_counter()
+
+        def map_done(task, w, result):
+            outputs[task.index] = {"node": w.name, "path": task.args["out"], "sizes": result["sizes"],
+                                   "records": result["records"]}
+
+        def reduce_done(task, w, result):
+            reduce_results[task.index] = result
+
+        def lost(w) -> bool:
+            if root != "local":
+                return False
+            gone = [i for i, o in outputs.items() if o["node"] == w.name]
+            for i in gone:
+                del outputs[i]
+                maps[i].last_error = f"its output was on {w.name}, which was lost ({w.lost_reason})"
+            return bool(gone)
+
+        reduce_tasks = {r: Task("reduce", r, reduce_op, {}) for r in range(reduces)}
+        try:
+            while True:
+                missing = [maps[i] for i in range(len(maps)) if i not in outputs]
+                if missing:
+                    for t in missing:
+                        t.args["out"] = f"{job_dir}/map-{t.index:05d}.a{t.attempts + 1}"
+                    t0 = time.perf_counter()
+                    self._run(missing, map_done, lost)
+                    phases["map"] += time.perf_counter() - t0
+                    continue
+                pending = [reduce_tasks[r] for r in range(reduces) if r not in reduce_results]
+                if not pending:
+                    break
+                sources = [self._source(outputs[i], root, config) for i in range(len(maps))]
+                for t in pending:
+                    t.args = {"reduce": t.index, "sources": sources, "transport": config.transport,
+                              "direct": config.shuffle == "direct", "outdir": str(outdir)}
+                t0 = time.perf_counter()
+                self._run(pending, reduce_done, lost)
+                phases["reduce"] += time.perf_counter() - t0
+        finally:
+            self._cleanup(root, job_dir)
+        for leftover in Path(outdir).glob(".part-*"):   # a dead reducer's half-written file
+            leftover.unlink(missing_ok=True)
+        shuffle = max((r["seconds"]["fetch"] for r in reduce_results.values()), default=0.0)
+        phases["shuffle"] = shuffle
+        phases["reduce"] = max(0.0, phases["reduce"] - shuffle)
+        return JobResult(job=name, config=config.name, seconds=time.perf_counter() - t_job, phases=phases,
+                         records=sum(r["records"] for r in reduce_results.values()), output=Path(outdir),
+                         details={"map_records": sum(o["records"] for o in outputs.values()),
+                                  "partition_records": [reduce_results[r]["records"] for r in range(reduces)],
+                                  "shuffle_bytes": sum(r["bytes"] for r in reduce_results.values())},
+                         attempts=sum(t.attempts for t in maps) + sum(t.attempts for t in reduce_tasks.values()),
+                         lost_workers=list(self._lost_this_job))
+
+    def _source(self, output: dict, root: str, config: EngineConfig) -> dict:
+        """Where a reduce gets one map's segment: the map's node, or (shared dir, node lost) any live one."""
+        w = self.workers[output["node"]]
+        if not w.alive:
+            w = self.live_workers()[0]      # only reachable for shared output: lost() dropped local ones
+        server = w.shuffle["tcp"][config.net] if config.transport == "tcp" else w.shuffle[config.transport]
+        return {"node": w.name, "root": root, "path": output["path"], "server": server}
+
+    def _cleanup(self, root: str, job_dir: str) -> None:
+        """Remove the job's intermediate files on every live node (best effort; never fails a job)."""
+        tasks = [Task("cleanup", i, "cleanup", {"root": root, "path": job_dir}, pin=w.name)
+                 for i, w in enumerate(self.live_workers()) if not (root == "shared" and i > 0)]
+        try:
+            self._run(tasks, lambda *a: None)
+        except JobFailed:
+            pass

@@ -1,0 +1,190 @@
+"""Map output on disk, the shuffle server every worker runs, and the reducers' fetch client.
+
+Map output layout (Hadoop's ``file.out`` + ``file.out.index``): one data file per map attempt holding
+the segments of every reduce back to back, and an index of R+1 byte offsets (int64, little-endian),
+so segment r is ``data[index[r]:index[r+1]]``. Both are written under a temporary name and renamed,
+so a reader never sees half a file and a re-run attempt never collides with a dead one.
+
+The shuffle server (the ShuffleHandler role) listens on a transport (``tcp``, ``shm``) and answers
+requests ``{"root": "local"|"shared", "path": <map output path relative to the root>, "reduce": r}``
+with one message: a status byte (0 = ok) and the segment bytes, or status 1 and an error text. It only
+reads map output under its own roots (no ``..``, no absolute paths), and a bad request gets an error
+reply while the server keeps serving everyone else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path, PurePosixPath
+
+import numpy as np
+
+from ....errors import HpcnetError
+from ...transport import TransportClosed, TransportError, TransportTimeout, get_transport
+
+OK, ERROR = b"\x00", b"\x01"
+MAX_REQUEST = 64 * 1024
+DATA_SUFFIX, INDEX_SUFFIX = ".out", ".index"
+
+
+class FetchError(HpcnetError):
+    """A reducer could not get a segment; ``node`` names the node whose server failed (or None)."""
+
+    def __init__(self, message: str, node: str | None = None):
+        self.node = node
+        super().__init__(message)
+
+
+# -- map output files --------------------------------------------------------------------------------
+
+def write_map_output(base: Path, segments: list) -> list[int]:
+    """Write segments (bytes-like or uint8 arrays) as ``base.out`` + ``base.index``; return their sizes."""
+    base.parent.mkdir(parents=True, exist_ok=True)
+    sizes = [memoryview(s).nbytes for s in segments]
+    offsets = np.zeros(len(segments) + 1, dtype="<i8")
+    np.cumsum(sizes, out=offsets[1:])
+    data, index = base.with_name(base.name + DATA_SUFFIX), base.with_name(base.name + INDEX_SUFFIX)
+    tmp_data, tmp_index = data.with_name("." + data.name + ".tmp"), index.with_name("." + index.name + ".tmp")
+    with open(tmp_data, "wb") as f:
+        for s in segments:
+            f.write(memoryview(s).cast("B") if not isinstance(s, np.ndarray) else np.ascontiguousarray(s).data)
+    tmp_index.write_bytes(offsets.tobytes())
+    os.rename(tmp_data, data)
+    os.rename(tmp_index, index)
+    return sizes
+
+
+def read_segment(base: Path, reduce: int) -> bytes:
+    """Segment ``reduce`` of the map output at ``base`` (the direct-read path and the server's)."""
+    index = np.fromfile(base.with_name(base.name + INDEX_SUFFIX), dtype="<i8")
+    if not 0 <= reduce < len(index) - 1:
+        raise FetchError(f"{base}: no segment {reduce} (map output has {len(index) - 1} segments)")
+    start, end = int(index[reduce]), int(index[reduce + 1])
+    with open(base.with_name(base.name + DATA_SUFFIX), "rb") as f:
+        f.seek(start)
+        data = f.read(end - start)
+    if len(data) != end - start:
+        raise FetchError(f"{base}: segment {reduce} is truncated ({len(data)} of {end - start} bytes)")
+    return data
+
+
+def resolve(roots: dict[str, Path], root: str, path: str) -> Path:
+    """The map output ``path`` under root ``root``; refuse anything that would escape the root."""
+    if root not in roots:
+        raise FetchError(f"unknown root {root!r} (this server has {sorted(roots)})")
+    rel = PurePosixPath(path)
+    if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+        raise FetchError(f"refusing path {path!r}: must be relative and stay inside the root")
+    return roots[root] / rel
+
+
+# -- the server ----------------------------------------------------------------------------------------
+
+class ShuffleServer:
+    """Serves map output segments over one transport; one thread per connection."""
+
+    def __init__(self, transport: str, host: str, roots: dict[str, Path]):
+        self.transport = transport
+        self.roots = {k: Path(v) for k, v in roots.items()}
+        self._listener = get_transport(transport).listen(host, 0)
+        self.address = tuple(self._listener.address)
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept_loop, name=f"shuffle-{transport}", daemon=True).start()
+
+    def _accept_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn = self._listener.accept(timeout=0.5)
+            except TransportTimeout:
+                continue
+            except TransportError:
+                if self._stop.is_set():
+                    return
+                continue          # a failed handshake is one client's problem, not the server's
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn) -> None:
+        try:
+            while not self._stop.is_set():
+                try:
+                    msg = conn.recv(timeout=1.0, max_length=MAX_REQUEST)
+                except TransportTimeout:
+                    continue
+                try:
+                    request = json.loads(bytes(msg.view))
+                    msg.release()
+                    base = resolve(self.roots, request["root"], request["path"])
+                    reply = [OK, read_segment(base, int(request["reduce"]))]
+                except (ValueError, KeyError, TypeError, OSError, FetchError) as e:
+                    reply = [ERROR, f"bad shuffle request: {e}".encode()]
+                conn.send(reply, timeout=60)
+        except TransportError:
+            pass                      # the reducer went away (or sent an oversized frame)
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._listener.close()
+
+
+# -- the client ----------------------------------------------------------------------------------------
+
+def fetch_from(transport: str, address, node: str, requests: list[dict], timeout: float = 60) -> list[bytes]:
+    """Fetch several segments from one node's server over one connection, in order."""
+    try:
+        conn = get_transport(transport).connect(tuple(address), timeout=timeout)
+    except TransportError as e:
+        raise FetchError(f"cannot reach the shuffle server of {node} at {address}: {e}", node) from None
+    out = []
+    try:
+        for request in requests:
+            conn.send([json.dumps(request).encode()], timeout=timeout)
+            msg = conn.recv(timeout=timeout)
+            try:
+                status, body = bytes(msg.view[:1]), msg.view[1:]
+                if status != OK:
+                    raise FetchError(f"shuffle server of {node}: {bytes(body).decode(errors='replace')}")
+                out.append(bytes(body))
+            finally:
+                msg.release()
+    except (TransportClosed, TransportTimeout) as e:
+        raise FetchError(f"fetching from {node} failed: {e}", node) from None
+    finally:
+        conn.close()
+    return out
+
+
+def fetch_segments(sources: list[dict], reduce: int, transport: str, roots: dict[str, Path],
+                   direct: bool, parallel: int = 4) -> tuple[list[bytes], float]:
+    """All segments of reduce ``reduce``, in map order, and the seconds it took.
+
+    ``sources``: per map, ``{"node", "root", "path", "server"}``. With ``direct`` the segments are read
+    from this node's own view of the root (the shared dir); otherwise they are fetched from each
+    source's ``server`` address, one connection per serving node, up to ``parallel`` at once (Hadoop's
+    parallel copies)."""
+    t0 = time.perf_counter()
+    if direct:
+        data = [read_segment(resolve(roots, s["root"], s["path"]), reduce) for s in sources]
+        return data, time.perf_counter() - t0
+    by_server: dict[tuple, list[int]] = {}
+    for i, s in enumerate(sources):
+        by_server.setdefault((s["node"], tuple(s["server"])), []).append(i)
+    data: list[bytes | None] = [None] * len(sources)
+
+    def pull(key):
+        node, address = key
+        wanted = by_server[key]
+        reqs = [{"root": sources[i]["root"], "path": sources[i]["path"], "reduce": reduce} for i in wanted]
+        for i, seg in zip(wanted, fetch_from(transport, address, node, reqs)):
+            data[i] = seg
+
+    if by_server:
+        with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(by_server)))) as pool:
+            for f in [pool.submit(pull, key) for key in by_server]:
+                f.result()
+    return data, time.perf_counter() - t0

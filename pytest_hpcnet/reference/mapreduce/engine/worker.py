@@ -1,0 +1,207 @@
+"""The engine's worker: one process per node, started by the driver through the node's launcher.
+
+    python -m pytest_hpcnet.reference.mapreduce.engine.worker --driver HOST:PORT --node NAME \
+        --workdir DIR [--shared DIR] --addresses '{"eth": "127.0.0.1"}'
+
+It starts a shuffle server per transport (tcp on each of the node's networks, shm), connects to the
+driver's control socket, says hello (with the servers' addresses), and then runs the tasks the driver
+sends, one at a time, replying ``done`` with the task's result or ``failed`` with the error. A thread
+sends a heartbeat every ``HEARTBEAT_SECONDS``. The worker exits when the driver says ``stop`` or its
+connection goes away, so a dead driver never leaves workers behind.
+
+Control messages are JSON objects, one per line (see ``protocol``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from . import protocol
+from .shuffle import FetchError, ShuffleServer, fetch_segments, read_segment, resolve, write_map_output
+from .. import randomwriter, sort as kvsort, teragen, teravalidate
+from ..records import RECORD_LENGTH, Split, part_name
+from ..terasort import map_sort_partition, merge_segments
+
+HEARTBEAT_SECONDS = 0.5
+
+
+class Worker:
+    def __init__(self, node: str, workdir: Path, shared: Path | None, addresses: dict[str, str]):
+        self.node = node
+        self.roots = {"local": Path(workdir)}
+        if shared is not None:
+            self.roots["shared"] = Path(shared)
+        self.servers = []
+        for net, host in sorted(addresses.items()):
+            self.servers.append(("tcp", net, ShuffleServer("tcp", host, self.roots)))
+        self.servers.append(("shm", None, ShuffleServer("shm", node, self.roots)))
+
+    def shuffle_addresses(self) -> dict:
+        out: dict = {"tcp": {}}
+        for transport, net, server in self.servers:
+            if transport == "tcp":
+                out["tcp"][net] = list(server.address)
+            else:
+                out[transport] = list(server.address)
+        return out
+
+    # -- tasks --------------------------------------------------------------------------------------
+    def run(self, op: str, args: dict) -> dict:
+        handler = getattr(self, f"op_{op}", None)
+        if handler is None:
+            raise ValueError(f"unknown task op {op!r}")
+        return handler(**args)
+
+    def _map_base(self, root: str, path: str) -> Path:
+        return resolve(self.roots, root, path)
+
+    def op_terasort_map(self, path, start, length, split_points, root, out):
+        t0 = time.perf_counter()
+        records = Split(Path(path), start, length).read()
+        t1 = time.perf_counter()
+        segments = map_sort_partition(records, [bytes.fromhex(k) for k in split_points])
+        t2 = time.perf_counter()
+        sizes = write_map_output(self._map_base(root, out), segments)
+        t3 = time.perf_counter()
+        return {"records": len(records), "sizes": sizes, "seconds": {"read": t1 - t0, "sort": t2 - t1,
+                                                                    "spill": t3 - t2}}
+
+    def op_sort_map(self, path, reduces, root, out):
+        t0 = time.perf_counter()
+        records = randomwriter.read_records(path)
+        segments = [randomwriter.encode_records(s) for s in kvsort.map_partition_sort(records, reduces)]
+        t1 = time.perf_counter()
+        sizes = write_map_output(self._map_base(root, out), segments)
+        return {"records": len(records), "sizes": sizes,
+                "seconds": {"sort": t1 - t0, "spill": time.perf_counter() - t1}}
+
+    def _reduce(self, reduce, sources, transport, direct, outdir, merge, kind):
+        try:
+            data, fetch_s = fetch_segments(sources, reduce, transport, self.roots, direct)
+        except FetchError as e:
+            raise
+        except OSError as e:   # direct read of a segment that vanished
+            raise FetchError(f"reading map output directly failed: {e}") from None
+        t0 = time.perf_counter()
+        payload, records = merge(data)
+        t1 = time.perf_counter()
+        final = Path(outdir) / part_name("r", reduce)
+        tmp = final.with_name(f".{final.name}.{self.node}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(payload)
+        os.rename(tmp, final)
+        t2 = time.perf_counter()
+        return {"records": records, "bytes": sum(len(d) for d in data),
+                "seconds": {"fetch": fetch_s, "merge": t1 - t0, "write": t2 - t1}}
+
+    def op_terasort_reduce(self, reduce, sources, transport, direct, outdir):
+        def merge(data):
+            segs = [np.frombuffer(d, dtype=np.uint8).reshape(-1, RECORD_LENGTH) for d in data]
+            merged = merge_segments(segs)
+            return memoryview(np.ascontiguousarray(merged)).cast("B"), len(merged)
+        return self._reduce(reduce, sources, transport, direct, outdir, merge, "tera")
+
+    def op_sort_reduce(self, reduce, sources, transport, direct, outdir):
+        def merge(data):
+            segs = [randomwriter.decode_records(d, f"segment from map {i}") for i, d in enumerate(data)]
+            merged = kvsort.merge_sorted(segs)
+            return randomwriter.encode_records(merged), len(merged)
+        return self._reduce(reduce, sources, transport, direct, outdir, merge, "kv")
+
+    def op_teragen(self, rows, index, maps, start, outdir):
+        final = Path(outdir) / part_name("m", index)
+        tmp = final.with_name(f".{final.name}.{self.node}.tmp")
+        result = teragen.write_teragen_split(tmp, rows, index, maps, start)
+        os.rename(tmp, final)
+        return {"rows": result.rows, "checksum": format(result.checksum, "x")}
+
+    def op_randomwriter(self, total_bytes, index, maps, seed, outdir):
+        final = Path(outdir) / part_name("m", index)
+        tmp = final.with_name(f".{final.name}.{self.node}.tmp")
+        result = randomwriter.write_random_split(tmp, total_bytes, index, maps, seed)
+        os.rename(tmp, final)
+        return {"records": result.records, "bytes": result.bytes}
+
+    def op_validate(self, path, name):
+        v = teravalidate.validate_file(path, name)
+        return {"name": v.name, "records": v.records, "checksum": format(v.checksum, "x"),
+                "first_key": v.first_key.hex() if v.first_key is not None else None,
+                "last_key": v.last_key.hex() if v.last_key is not None else None, "errors": v.errors}
+
+    def op_cleanup(self, root, path):
+        shutil.rmtree(self._map_base(root, path), ignore_errors=True)
+        return {}
+
+    def close(self) -> None:
+        for _, _, server in self.servers:
+            server.close()
+
+
+def serve(driver: tuple[str, int], worker: Worker) -> int:
+    sock = socket.create_connection(driver, timeout=30)
+    sock.settimeout(None)
+    channel = protocol.Channel(sock)
+    channel.send({"type": "hello", "node": worker.node, "pid": os.getpid(),
+                  "shuffle": worker.shuffle_addresses()})
+    stop = threading.Event()
+
+    def heartbeat():
+        while not stop.wait(HEARTBEAT_SECONDS):
+            try:
+                channel.send({"type": "heartbeat"})
+            except OSError:
+                return
+    threading.Thread(target=heartbeat, name="heartbeat", daemon=True).start()
+    try:
+        for message in channel.messages():
+            if message.get("type") == "stop":
+                break
+            if message.get("type") != "task":
+                continue
+            task = message["task"]
+            try:
+                result = worker.run(message["op"], message["args"])
+                channel.send({"type": "done", "task": task, "result": result})
+            except FetchError as e:
+                channel.send({"type": "failed", "task": task, "error": str(e), "fetch_node": e.node})
+            except Exception as e:  # a task's error goes to the driver; the worker keeps serving
+                channel.send({"type": "failed", "task": task, "error": f"{type(e).__name__}: {e}",
+                              "trace": traceback.format_exc()[-2000:]})
+    except (OSError, protocol.ProtocolError):
+        pass
+    finally:
+        stop.set()
+        channel.close()
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m {__name__}")
+    parser.add_argument("--driver", required=True, help="HOST:PORT of the driver's control socket")
+    parser.add_argument("--node", required=True)
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--shared", default="")
+    parser.add_argument("--addresses", default='{"eth": "127.0.0.1"}', help="JSON {network: address}")
+    args = parser.parse_args(argv)
+    host, _, port = args.driver.rpartition(":")
+    worker = Worker(args.node, Path(args.workdir), Path(args.shared) if args.shared else None,
+                    json.loads(args.addresses))
+    try:
+        return serve((host, int(port)), worker)
+    finally:
+        worker.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
