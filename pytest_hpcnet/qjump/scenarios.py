@@ -49,9 +49,13 @@ def barrier_ports(nodes, network: str = "eth") -> list[int]:
 
 
 def run_barrier(launchers: Launchers, nodes, outdir: Path, label: str, *, rounds: int, warmup: int = 100,
-                level: int | None = None, size: int = 64, network: str = "eth",
+                level: int | None = None, size: int = 64, network: str = "eth", prefix=(),
                 timeout: float = 300) -> list[Path]:
-    """One barrier run over ``nodes``; returns each node's ``.bs`` file (``<label>_<rank>.bs``)."""
+    """One barrier run over ``nodes``; returns each node's ``.bs`` file (``<label>_<rank>.bs``).
+
+    ``prefix`` goes before the app's command, e.g. ``("chrt", "-f", "10")``: real-time scheduling shields
+    the barrier processes from other programs' CPU load, which otherwise dominates the tail of the
+    "alone" case on a busy 2-core machine. Every scenario of an experiment gets the same prefix."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     ports = barrier_ports(nodes, network)
@@ -60,7 +64,7 @@ def run_barrier(launchers: Launchers, nodes, outdir: Path, label: str, *, rounds
     procs = []
     try:
         for rank, node in enumerate(nodes):
-            argv = [sys.executable, "-m", _BARRIER, "--rank", str(rank), "--peers", peers, "--rounds", str(rounds),
+            argv = [*prefix, sys.executable, "-m", _BARRIER, "--rank", str(rank), "--peers", peers, "--rounds", str(rounds),
                     "--warmup", str(warmup), "--size", str(size), "--out", str(files[rank])]
             if level is not None:
                 argv += ["--priority", str(check_level(level))]
@@ -123,7 +127,7 @@ class Experiment:
 
 def run_experiment(launchers: Launchers, nodes, outdir: Path, *, rounds: int = 500, repetitions: int = 4,
                    warmup: int = 100, flows: int = 4, level: int = 7, size: int = 64,
-                   network: str = "eth") -> Experiment:
+                   network: str = "eth", prefix=()) -> Experiment:
     check_level(level)
     if repetitions < 1 or rounds < 1:
         raise ConfigError(f"need >= 1 repetition and round (got {repetitions}, {rounds})")
@@ -132,7 +136,7 @@ def run_experiment(launchers: Launchers, nodes, outdir: Path, *, rounds: int = 5
 
     def one(scenario: str, rep: int, run_level):
         files = run_barrier(launchers, nodes, outdir, f"{scenario}_{rep}", rounds=rounds, warmup=warmup,
-                            level=run_level, size=size, network=network)
+                            level=run_level, size=size, network=network, prefix=prefix)
         exp.files[scenario].append(files)
         exp.latencies_ms[scenario].append(read_bs(files[0]))
 

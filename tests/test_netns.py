@@ -1,0 +1,161 @@
+"""netns:N clusters: building, running commands inside, QJump classes, and teardown that leaves nothing.
+
+Most tests need root and iproute2 (they skip with the reason the library gives otherwise).
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_hpcnet.cluster import load_cluster, netns
+from pytest_hpcnet.cluster.pool import Launchers, finish
+from pytest_hpcnet.errors import ConfigError, LaunchError
+from pytest_hpcnet.qjump import levels, scenarios
+
+needs_root = pytest.mark.skipif(not netns.available(), reason=netns.NEEDS_ROOT)
+REPO = Path(__file__).resolve().parents[1]
+
+
+def ours() -> list[str]:
+    """Namespaces this test process made (name prefix hpcnet-<pid>-)."""
+    return [n for n in netns.namespaces() if n.startswith(f"{netns.PREFIX}-{os.getpid()}-")]
+
+
+def root_links() -> set[str]:
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    return {line.split(":")[1].strip().split("@")[0] for line in out.splitlines()}
+
+
+def test_without_root_the_error_says_what_is_needed(monkeypatch, tmp_path):
+    monkeypatch.setattr(netns, "available", lambda: False)
+    with pytest.raises(ConfigError, match=r"netns clusters need root \(euid 0\) and iproute2's ip"):
+        load_cluster("netns:2", tmp_path, where="--hpcnet-cluster")
+    with pytest.raises(ConfigError, match="need root"):
+        netns.netns_cluster(2, tmp_path)
+
+
+def test_bad_link_rate_fails_before_anything_is_created(tmp_path):
+    with pytest.raises(ConfigError, match="link rate"):
+        netns.NetnsNetwork(2, link_rate="fast")
+
+
+def test_launcher_refuses_a_node_without_namespace(tmp_path):
+    from pytest_hpcnet.cluster import local_cluster
+    node = local_cluster(1, tmp_path).nodes[0]
+    launcher = netns.NetnsLauncher(logdir=tmp_path / "logs")
+    with pytest.raises(LaunchError, match="names no namespace"):
+        launcher.start(node, ["true"])
+
+
+@needs_root
+def test_cluster_runs_commands_in_its_namespaces_and_close_removes_everything(tmp_path):
+    links_before = root_links()
+    cluster = load_cluster("netns:3", tmp_path / "c")
+    try:
+        assert [n.address() for n in cluster.nodes] == ["10.199.0.1", "10.199.0.2", "10.199.0.3"]
+        assert len(ours()) == 4  # three nodes and the switch
+        assert root_links() == links_before  # nothing was created in the root namespace
+        with Launchers(cluster, tmp_path / "logs") as launchers:
+            code, out, _ = launchers.run(cluster.nodes[1], ["ip", "-o", "-4", "addr", "show", "dev", "eth0"])
+            assert code == 0 and "10.199.0.2/24" in out
+            code, out, _ = launchers.run(cluster.nodes[2], ["tc", "qdisc", "show", "dev", "eth0"])
+            assert "qdisc htb 1: root" in out
+            # node 0 reaches node 2 across the bridge
+            probe = ("import socket; s = socket.create_server(('10.199.0.3', 7001)); print('up', flush=True); "
+                     "c, _ = s.accept(); c.sendall(c.recv(5))")
+            server = launchers.start(cluster.nodes[2], [sys.executable, "-c", probe])
+            from pytest_hpcnet.cluster.pool import wait_for_line
+            wait_for_line(server, "^up$")
+            client = launchers.start(cluster.nodes[0], [sys.executable, "-c",
+                                     "import socket; c = socket.create_connection(('10.199.0.3', 7001), 5); "
+                                     "c.sendall(b'hello'); print(c.recv(5).decode())"])
+            out, _ = finish(client, 30)
+            assert out.strip() == "hello"
+    finally:
+        netns.teardown(cluster)  # no-op after close(): teardown is idempotent
+    assert ours() == [] and root_links() == links_before
+
+
+@needs_root
+def test_two_clusters_in_one_run_do_not_collide(tmp_path):
+    with netns.temporary_netns_cluster(2, tmp_path / "a") as a, netns.temporary_netns_cluster(2, tmp_path / "b") as b:
+        names_a = {n.extra["netns"]["namespace"] for n in a.nodes}
+        names_b = {n.extra["netns"]["namespace"] for n in b.nodes}
+        assert not names_a & names_b and len(ours()) == 6
+    assert ours() == []
+
+
+@needs_root
+def test_so_priority_selects_the_level_class(tmp_path):
+    """A barrier at level 5 lands in class 1:6; one without a level in the default class 1:1."""
+    with netns.temporary_netns_cluster(2, tmp_path / "c") as cluster, \
+            Launchers(cluster, tmp_path / "logs") as launchers:
+        node0 = cluster.nodes[0]
+
+        def counters():
+            code, out, err = launchers.run(node0, ["tc", "-s", "class", "show", "dev", "eth0"])
+            assert code == 0, err
+            return {cid: packets for cid, (_, packets) in levels.class_counters(out).items()}
+
+        before = counters()
+        scenarios.run_barrier(launchers, cluster.nodes, tmp_path / "out", "p5", rounds=200, warmup=0, level=5)
+        after = counters()
+        assert after["1:6"] - before["1:6"] >= 200  # at least one packet per round from node 0
+        for level in (1, 2, 3, 4, 6, 7):
+            assert after[levels.class_id(level)] == before[levels.class_id(level)] == 0
+
+        scenarios.run_barrier(launchers, cluster.nodes, tmp_path / "out", "p0", rounds=200, warmup=0)
+        final = counters()
+        assert final["1:6"] == after["1:6"] and final["1:1"] - after["1:1"] >= 200
+
+
+@needs_root
+def test_failed_build_removes_what_it_made(monkeypatch, tmp_path):
+    monkeypatch.setattr(netns, "tc_commands", lambda *a: [["qdisc", "add", "dev", "nosuchdev", "root", "htb"]])
+    with pytest.raises(LaunchError, match="QJump qdisc on node 0"):
+        netns.netns_cluster(3, tmp_path)
+    assert ours() == []
+
+
+@needs_root
+def test_stale_namespaces_of_dead_runs_are_removed(tmp_path):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = f"{netns.PREFIX}-{dead.pid}-0-n0"
+    subprocess.run(["ip", "netns", "add", stale], check=True)
+    try:
+        with netns.temporary_netns_cluster(1, tmp_path):
+            assert stale not in netns.namespaces()
+    finally:
+        subprocess.run(["ip", "netns", "delete", stale], capture_output=True)
+
+
+_CTRL_C = textwrap.dedent("""
+    import sys, time
+    from pytest_hpcnet.cluster import netns
+    cluster = netns.netns_cluster(2, sys.argv[1])   # no with-block: only atexit can clean up
+    print(" ".join(n.extra["netns"]["namespace"] for n in cluster.nodes), flush=True)
+    time.sleep(60)
+""")
+
+
+@needs_root
+@pytest.mark.parametrize("sig", [signal.SIGINT])
+def test_ctrl_c_tears_down(tmp_path, sig):
+    proc = subprocess.Popen([sys.executable, "-c", _CTRL_C, str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        names = proc.stdout.readline().split()
+        assert len(names) == 2, proc.stderr.read()
+        assert set(names) <= set(netns.namespaces())
+        proc.send_signal(sig)
+        proc.wait(30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not set(names) & set(netns.namespaces())
