@@ -34,6 +34,7 @@ import secrets
 import select
 import socket
 import time
+import weakref
 from typing import Sequence
 
 from ..buffers import Bytes, make_buffers
@@ -41,7 +42,7 @@ from .base import (DEFAULT_TIMEOUT, RemoteRegion, StreamConnection, TransportClo
                    TransportTimeout, deadline_of, remaining)
 
 RING_CAPACITY = 1 << 20     # bytes per direction; larger messages stream through in pieces
-SPIN_SECONDS = 50e-6
+SPIN_SECONDS = 200e-6
 MAX_SLEEP = 0.005
 CTRL = 320                  # per ring: head, tail, reader/writer waiting, closed -- one cache line each
 HEAD, TAIL, READER_WAITING, WRITER_WAITING, CLOSED = 0, 8, 16, 24, 32   # indices of 8-byte words
@@ -107,6 +108,7 @@ class ShmConnection(StreamConnection):
         self._live.setblocking(False)
         self._peer_gone = False
         self.peer = f"shm:{'client' if is_server else 'server'}"
+        weakref.finalize(self, _release, mm, list(fds), liveness)
         self._regions: list[ShmRegion] = []
         self._maps: dict[str, tuple[mmap.mmap, memoryview]] = {}
 
@@ -131,6 +133,7 @@ class ShmConnection(StreamConnection):
         while time.perf_counter() < spin_until:
             if ready():
                 return
+            os.sched_yield()   # lets this process's other threads have the GIL while we spin
         while True:
             if ready():
                 return
@@ -203,27 +206,26 @@ class ShmConnection(StreamConnection):
             self._peer_data.ring()
 
     def close(self) -> None:
+        """Mark the ring closed, wake the peer, drop the liveness socket. The mapping and the
+        doorbell descriptors are released by a finalizer when the last user lets go: another thread
+        may still be inside a wait, and a reused descriptor number must never get our writes."""
         if self._closed:
             return
+        self._closed = True
         try:
             self._tx.ctrl[CLOSED] = 1
-            self._peer_data.ring()
-            self._peer_space.ring()
-        except (ValueError, OSError):
+        except ValueError:
             pass
-        self._closed = True
+        self._peer_data.ring()
+        self._peer_space.ring()
+        self._my_data.ring()     # our own waiting threads notice the close now
+        self._my_space.ring()
         for region in self._regions:
             region.close()
-        for mm, view in self._maps.values():
-            view.release()
-            mm.close()
-        self._rx.release()
-        self._tx.release()
-        self._mem.release()
-        self._mm.close()
-        for fd in self._fds:
-            os.close(fd)
-        self._live.close()
+        try:
+            self._live.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     # -- one-sided -----------------------------------------------------------------------------
     def register(self, buffer: Bytes | int) -> "ShmRegion":
@@ -258,6 +260,19 @@ class ShmConnection(StreamConnection):
         if offset < 0 or length < 0 or offset + length > remote.length:
             raise TransportError(f"get of {length} bytes at {offset} is outside the region")
         return bytes(view[offset:offset + length])
+
+
+def _release(mm: mmap.mmap, fds: list[int], liveness: socket.socket) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    liveness.close()
+    try:
+        mm.close()
+    except BufferError:   # views still exported; the mapping goes when they do
+        pass
 
 
 class ShmRegion:

@@ -1,0 +1,115 @@
+"""``hpcnet rpc serve`` and ``hpcnet rpc ping``: run the reference server, time echo calls against one."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+
+from ...errors import ConfigError
+from ..buffers import BUFFERS
+from ..transport import TRANSPORTS, TransportError
+from .errors import RpcError
+
+
+def add_commands(subparsers) -> None:
+    rpc = subparsers.add_parser("rpc", help="reference Hadoop-IPC-compatible RPC server and client")
+    sub = rpc.add_subparsers(dest="rpc_command", required=True, metavar="ACTION")
+
+    serve = sub.add_parser("serve", help="run an RPC server (echo + ping) until SIGINT/SIGTERM")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=0, help="0 picks a free port (default)")
+    serve.add_argument("--transport", choices=sorted(TRANSPORTS), default="tcp")
+    serve.add_argument("--buffers", choices=sorted(BUFFERS), default="pooled")
+    serve.add_argument("--handlers", type=int, default=4)
+    serve.add_argument("--max-data-length", type=int, default=None,
+                       help="ipc.maximum.data.length in bytes (default 128 MiB)")
+    serve.set_defaults(func=serve_command)
+
+    ping = sub.add_parser("ping", help="call echo COUNT times and print round-trip latency statistics")
+    ping.add_argument("address", metavar="HOST:PORT")
+    ping.add_argument("--size", type=int, default=64, help="payload bytes (default 64)")
+    ping.add_argument("--count", type=int, default=1000)
+    ping.add_argument("--warmup", type=int, default=100)
+    ping.add_argument("--transport", choices=sorted(TRANSPORTS), default="tcp")
+    ping.add_argument("--buffers", choices=sorted(BUFFERS), default="pooled")
+    ping.add_argument("--timeout", type=float, default=10.0, help="per-call timeout in seconds")
+    ping.set_defaults(func=ping_command)
+
+
+def parse_address(text: str, where: str = "HOST:PORT") -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"expected HOST:PORT, got {text!r}", where=where)
+    return host.strip("[]"), int(port)
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    from .server import RpcServer
+    from .wire import MAX_DATA_LENGTH
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        server = RpcServer(transport=args.transport, host=args.host, port=args.port,
+                           buffers=args.buffers, handlers=args.handlers,
+                           max_data_length=args.max_data_length or MAX_DATA_LENGTH).start()
+    except TransportError as e:
+        raise ConfigError(str(e), where="--host/--port") from None
+    host, port = server.address
+    print(f"listening on {args.transport} {host}:{port} (buffers={args.buffers}, handlers={args.handlers})",
+          flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.stop()
+    return 0
+
+
+def summarize(samples: list[float]) -> dict:
+    try:
+        from ...measure import summarize as shared
+        return shared(samples)
+    except ImportError:   # measure.summarize not written yet: the same keys, computed here
+        import numpy as np
+
+        a = np.asarray(samples, dtype=float)
+        return {"n": int(a.size), "min": float(a.min()), "median": float(np.median(a)),
+                "mean": float(a.mean()), "stdev": float(a.std(ddof=1)) if a.size > 1 else 0.0,
+                "p99": float(np.percentile(a, 99)), "p99_9": float(np.percentile(a, 99.9)),
+                "max": float(a.max())}
+
+
+def ping_command(args: argparse.Namespace) -> int:
+    from .client import RpcClient
+
+    address = parse_address(args.address)
+    if args.size < 0 or args.count < 1:
+        raise ConfigError("--size must be >= 0 and --count >= 1", where="hpcnet rpc ping")
+    payload = bytes(args.size)
+    try:
+        with RpcClient(address, transport=args.transport, buffers=args.buffers,
+                       timeout=args.timeout, connect_timeout=args.timeout) as client:
+            for _ in range(args.warmup):
+                client.echo(payload)
+            samples = []
+            for _ in range(args.count):
+                t0 = time.perf_counter()
+                reply = client.echo(payload)
+                samples.append((time.perf_counter() - t0) * 1e6)
+                if len(reply) != args.size:
+                    print(f"hpcnet rpc ping: echo returned {len(reply)} bytes, sent {args.size}",
+                          file=sys.stderr)
+                    return 1
+    except RpcError as e:
+        print(f"hpcnet rpc ping: {args.address}: {e}", file=sys.stderr)
+        return 1
+    s = summarize(samples)
+    print(f"echo {args.transport}://{address[0]}:{address[1]} size={args.size} B "
+          f"iterations={s['n']} round-trip latency (us)")
+    print("  ".join(f"{k}={s[k]:.1f}" for k in ("min", "median", "mean", "stdev", "p99", "p99_9", "max")))
+    return 0

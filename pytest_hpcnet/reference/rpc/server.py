@@ -1,0 +1,330 @@
+"""An RPC server shaped like Hadoop's ``ipc.Server``: listener, readers, handler pool, responder.
+
+- The *listener* thread accepts connections and starts a *reader* for each (Hadoop multiplexes
+  connections over a few selector readers; a Python thread per connection is the plain equivalent).
+- A reader checks the preamble and the connection context, then decodes packets into calls and puts
+  them on the bounded call queue (a full queue blocks the reader: back-pressure, as in Hadoop).
+- *Handler* threads run calls and write the response straight away when the connection is free;
+  otherwise they hand it to the *responder*, which writes it when the connection's writer finishes,
+  so one slow client never ties up a handler. Calls of one connection run concurrently, and responses
+  go out in completion order, matched by call id.
+
+Errors: a method that raises -> ERROR (exception class + message), connection stays. Anything that
+breaks the framing or the protocol -> FATAL where the protocol allows a response (the client has sent
+a valid preamble), then close, with the reason logged and counted in ``closed_reasons``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+from google.protobuf.message import DecodeError
+
+from ..transport import FrameTooLarge, TransportClosed, TransportError, TransportTimeout, get_transport
+from . import wire
+
+log = logging.getLogger("pytest_hpcnet.rpc.server")
+E = wire.RpcResponseHeaderProto
+
+
+@dataclass
+class Method:
+    request_type: type
+    handler: Callable   # request message -> response message
+
+
+@dataclass
+class _Call:
+    conn: "_ServerConnection"
+    call_id: int
+    retry_count: int
+    method: Method
+    method_name: str
+    request: object
+
+
+class _Fatal(Exception):
+    def __init__(self, code: int, reason: str, call_id: int = wire.INVALID_CALL_ID):
+        super().__init__(reason)
+        self.code, self.call_id = code, call_id
+
+
+class _ServerConnection:
+    def __init__(self, server: "RpcServer", conn):
+        self.server, self.conn = server, conn
+        self.write_lock = threading.Lock()
+        self.client_id = b""
+        self.user = self.protocol = ""
+        self.open = True
+
+    def respond(self, parts: list, in_handler: bool) -> None:
+        if not self.open:
+            return
+        if in_handler and not self.write_lock.acquire(blocking=False):
+            self.server._responder_queue.put((self, parts))
+            return
+        if not in_handler:
+            self.write_lock.acquire()
+        try:
+            self.conn.send(parts, timeout=self.server.write_timeout)
+        except TransportError as e:
+            self.close(f"writing a response failed: {e}")
+        finally:
+            self.write_lock.release()
+
+    def close(self, reason: str) -> None:
+        if self.open:
+            self.open = False
+            self.server._closed(self, reason)
+        self.conn.close()
+
+
+class RpcServer:
+    """``RpcServer(transport="tcp", host="127.0.0.1", port=0).start()``; ``address``; ``stop()``."""
+
+    def __init__(self, transport: str = "tcp", host: str = "127.0.0.1", port: int = 0,
+                 buffers: str = "pooled", handlers: int = 4, max_data_length: int = wire.MAX_DATA_LENGTH,
+                 protocol: str = wire.ECHO_PROTOCOL, handshake_timeout: float = 10.0,
+                 write_timeout: float = 30.0, queue_size_per_handler: int = 100):
+        if handlers < 1:
+            from ...errors import ConfigError
+            raise ConfigError(f"need at least one handler, got {handlers}", where="handlers")
+        self.transport_name, self.buffers = transport, buffers
+        self._transport = get_transport(transport)
+        self._listener = self._transport.listen(host, port, buffers=buffers)
+        self.address = tuple(self._listener.address)
+        self.max_data_length, self.protocol = max_data_length, protocol
+        self.handshake_timeout, self.write_timeout = handshake_timeout, write_timeout
+        self.methods: dict[str, Method] = {
+            "echo": Method(wire.EchoRequestProto, lambda r: wire.EchoResponseProto(payload=r.payload)),
+            "ping": Method(wire.EmptyRequestProto, lambda r: wire.EmptyResponseProto()),
+        }
+        self._calls: queue.Queue = queue.Queue(maxsize=handlers * queue_size_per_handler)
+        self._responder_queue: queue.Queue = queue.Queue()
+        self._n_handlers = handlers
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._conns: set[_ServerConnection] = set()
+        self._lock = threading.Lock()
+        self.closed_reasons: collections.Counter = collections.Counter()
+        self.counters = collections.Counter()   # connections, calls, errors, fatals, pings
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def register(self, name: str, request_type: type, handler: Callable) -> None:
+        """Serve ``name``: ``handler(request) -> response message``; an exception becomes ERROR."""
+        self.methods[name] = Method(request_type, handler)
+
+    def start(self) -> "RpcServer":
+        self._spawn(self._listen, "listener")
+        for i in range(self._n_handlers):
+            self._spawn(self._handle, f"handler-{i}")
+        self._spawn(self._respond, "responder")
+        log.info("rpc server on %s %s:%s (%s buffers)", self.transport_name, *self.address, self.buffers)
+        return self
+
+    def _spawn(self, target, name, args=(), keep=True) -> None:
+        t = threading.Thread(target=target, args=args, name=f"rpc-{name}", daemon=True)
+        t.start()
+        if keep:
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._listener.close()
+        with self._lock:
+            conns = list(self._conns)
+        for c in conns:
+            c.close("server stopping")
+        for t in self._threads:
+            t.join(timeout=5)
+
+    def __enter__(self) -> "RpcServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def connections(self) -> int:
+        with self._lock:
+            return len(self._conns)
+
+    def _closed(self, sc: _ServerConnection, reason: str) -> None:
+        with self._lock:
+            self._conns.discard(sc)
+            self.closed_reasons[reason.split(":")[0]] += 1
+        log.info("closed connection %s: %s", getattr(sc.conn, "peer", "?"), reason)
+
+    # -- listener and readers ------------------------------------------------------------------
+    def _listen(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                conn = self._listener.accept(timeout=0.2)
+            except TransportTimeout:
+                continue
+            except TransportError as e:
+                if not self._stopping.is_set():
+                    log.warning("accept failed: %s", e)
+                    continue
+                return
+            sc = _ServerConnection(self, conn)
+            with self._lock:
+                self._conns.add(sc)
+                self.counters["connections"] += 1
+            self._spawn(self._read, "reader", (sc,), keep=False)
+
+    def _fatal(self, sc: _ServerConnection, f: _Fatal) -> None:
+        self.counters["fatals"] += 1
+        header = E(callId=wire.response_call_id(f.call_id), status=wire.FATAL, serverIpcVersionNum=9,
+                   exceptionClassName="org.apache.hadoop.ipc.RpcServerException", errorMsg=str(f),
+                   errorDetail=f.code, clientId=sc.client_id)
+        sc.respond(wire.delimited(header), in_handler=False)
+        sc.close(f"FATAL {E.RpcErrorCodeProto.Name(f.code)}: {f}")
+
+    def _read(self, sc: _ServerConnection) -> None:
+        try:
+            self._handshake(sc)
+            while not self._stopping.is_set() and sc.open:
+                try:
+                    packet = sc.conn.recv(timeout=0.5, max_length=self.max_data_length)
+                except TransportTimeout:
+                    continue
+                try:
+                    self._dispatch(sc, packet.view)
+                finally:
+                    packet.release()
+        except _Fatal as f:
+            self._fatal(sc, f)
+        except FrameTooLarge as e:
+            self._fatal(sc, _Fatal(E.FATAL_INVALID_RPC_HEADER,
+                                   f"RPC data length {e.length} exceeds ipc.maximum.data.length {e.limit}"))
+        except TransportTimeout:
+            sc.close("handshake timeout: no preamble/context in time")
+        except TransportClosed as e:
+            sc.close(f"peer closed: {e}")
+        except Exception as e:   # a reader must never take the server down
+            log.exception("reader failed")
+            sc.close(f"reader error: {type(e).__name__}: {e}")
+
+    def _handshake(self, sc: _ServerConnection) -> None:
+        preamble = sc.conn.recv_raw(len(wire.PREAMBLE), timeout=self.handshake_timeout)
+        if preamble[:4] != wire.PREAMBLE_MAGIC:
+            sc.close(f"bad preamble: {preamble[:4]!r} is not 'hrpc'")   # not Hadoop: no reply
+            raise TransportClosed("bad preamble")
+        if preamble[4] != wire.IPC_VERSION:
+            raise _Fatal(E.FATAL_VERSION_MISMATCH,
+                         f"IPC version {preamble[4]} not supported, server speaks {wire.IPC_VERSION}")
+        if preamble[6] != wire.AUTH_NONE:
+            raise _Fatal(E.FATAL_UNAUTHORIZED, f"auth protocol {preamble[6]} not supported (only none)")
+        packet = sc.conn.recv(timeout=self.handshake_timeout, max_length=self.max_data_length)
+        try:
+            view = packet.view
+            header_bytes, pos = self._delimited(view, 0)
+            header = self._parse(wire.RpcRequestHeaderProto, header_bytes, E.FATAL_INVALID_RPC_HEADER)
+            if header.callId != wire.CONNECTION_CONTEXT_CALL_ID:
+                raise _Fatal(E.FATAL_INVALID_RPC_HEADER,
+                             f"first packet has callId {header.callId}, expected connection context -3")
+            sc.client_id = header.clientId
+            ctx_bytes, _ = self._delimited(view, pos)
+            ctx = self._parse(wire.IpcConnectionContextProto, ctx_bytes, E.FATAL_DESERIALIZING_REQUEST)
+            sc.user, sc.protocol = ctx.userInfo.effectiveUser, ctx.protocol
+        finally:
+            packet.release()
+
+    @staticmethod
+    def _delimited(view, pos, call_id=wire.INVALID_CALL_ID):
+        try:
+            return wire.read_delimited(view, pos)
+        except wire.WireError as e:
+            raise _Fatal(E.FATAL_DESERIALIZING_REQUEST, str(e), call_id) from None
+
+    @staticmethod
+    def _parse(cls, data, code, call_id=wire.INVALID_CALL_ID):
+        msg = cls()
+        try:
+            msg.ParseFromString(data)
+            if not msg.IsInitialized():
+                raise DecodeError("missing required fields: " + ", ".join(msg.FindInitializationErrors()))
+        except (DecodeError, ValueError, RuntimeError) as e:
+            raise _Fatal(code, f"cannot parse {cls.__name__}: {e}", call_id) from None
+        return msg
+
+    def _dispatch(self, sc: _ServerConnection, view: memoryview) -> None:
+        header_bytes, pos = self._delimited(view, 0)
+        header = self._parse(wire.RpcRequestHeaderProto, header_bytes, E.FATAL_INVALID_RPC_HEADER)
+        call_id = header.callId
+        if call_id == wire.PING_CALL_ID:
+            self.counters["pings"] += 1
+            return
+        if header.rpcOp == wire.RpcRequestHeaderProto.RPC_CLOSE_CONNECTION:
+            sc.close("client asked to close")
+            return
+        if call_id < 0:
+            raise _Fatal(E.FATAL_INVALID_RPC_HEADER, f"callId {call_id} is not a call")
+        if header.rpcKind != wire.RPC_PROTOCOL_BUFFER:
+            raise _Fatal(E.FATAL_UNSUPPORTED_SERIALIZATION, f"rpcKind {header.rpcKind} not supported",
+                         call_id)
+        rh_bytes, pos = self._delimited(view, pos, call_id)
+        rh = self._parse(wire.RequestHeaderProto, rh_bytes, E.FATAL_DESERIALIZING_REQUEST, call_id)
+        body, _ = self._delimited(view, pos, call_id)
+        method = self.methods.get(rh.methodName)
+        if rh.declaringClassProtocolName != self.protocol:
+            self._error(sc, call_id, header.retryCount, E.ERROR_NO_SUCH_PROTOCOL,
+                        "org.apache.hadoop.ipc.RpcNoSuchProtocolException",
+                        f"unknown protocol {rh.declaringClassProtocolName}")
+            return
+        if method is None:
+            self._error(sc, call_id, header.retryCount, E.ERROR_NO_SUCH_METHOD,
+                        "org.apache.hadoop.ipc.RpcNoSuchMethodException",
+                        f"unknown method {rh.methodName} of {self.protocol}")
+            return
+        request = self._parse(method.request_type, body, E.FATAL_DESERIALIZING_REQUEST, call_id)
+        self.counters["calls"] += 1
+        while sc.open:
+            try:
+                self._calls.put(_Call(sc, call_id, header.retryCount, method, rh.methodName, request),
+                                timeout=0.5)
+                return
+            except queue.Full:
+                if self._stopping.is_set():
+                    return
+
+    def _error(self, sc, call_id, retry_count, code, class_name, message, in_handler=False) -> None:
+        self.counters["errors"] += 1
+        header = E(callId=wire.response_call_id(call_id), status=wire.ERROR, serverIpcVersionNum=9,
+                   exceptionClassName=class_name, errorMsg=message, errorDetail=code,
+                   clientId=sc.client_id, retryCount=retry_count)
+        sc.respond(wire.delimited(header), in_handler=in_handler)
+
+    # -- handlers and responder ----------------------------------------------------------------
+    def _handle(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                call = self._calls.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if not call.conn.open:
+                continue
+            try:
+                response = call.method.handler(call.request).SerializeToString()
+            except Exception as e:
+                cls = type(e)
+                self._error(call.conn, call.call_id, call.retry_count, E.ERROR_APPLICATION,
+                            f"{cls.__module__}.{cls.__qualname__}", str(e), in_handler=True)
+                continue
+            header = E(callId=call.call_id, status=wire.SUCCESS, serverIpcVersionNum=9,
+                       clientId=call.conn.client_id, retryCount=call.retry_count)
+            call.conn.respond(wire.delimited(header, response), in_handler=True)
+
+    def _respond(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                sc, parts = self._responder_queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            sc.respond(parts, in_handler=False)
