@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "pytest_hpcnet.report.commands",
     "pytest_hpcnet.qjump.commands",
     "pytest_hpcnet.reference.mapreduce.commands",
+    "pytest_hpcnet.reference.rpc.cli",
 )
 
 
