@@ -1,0 +1,212 @@
+"""Reference RPC behaviour: echo, concurrency and call-id matching, errors, timeouts, limits, bad input."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from pytest_hpcnet.reference.rpc import (RpcClient, RpcConnectionLost, RpcFatalError, RpcRemoteError,
+                                         RpcServer, RpcTimeout)
+from pytest_hpcnet.reference.rpc import wire
+
+E = wire.RpcResponseHeaderProto
+
+
+def _sleepy_echo(request):
+    time.sleep(request.payload[0] / 100)   # first byte = hundredths of a second
+    return wire.EchoResponseProto(payload=request.payload)
+
+
+def _raise(request):
+    raise KeyError("no such block blk_42")
+
+
+@pytest.fixture
+def server():
+    with RpcServer(handlers=8) as s:
+        s.register("sleepyEcho", wire.EchoRequestProto, _sleepy_echo)
+        s.register("fail", wire.EmptyRequestProto, _raise)
+        yield s
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+@pytest.mark.parametrize("buffers", ["pooled", "naive"])
+def test_echo_and_ping(transport, buffers):
+    with RpcServer(transport=transport, buffers=buffers) as s:
+        with RpcClient(s.address, transport=transport, buffers=buffers, timeout=10) as c:
+            for size in (0, 1, 1000, 2 << 20):   # 2 MiB is larger than the shm ring
+                payload = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+                assert c.echo(payload) == payload
+            c.ping()
+            c.send_ping()   # callId -4: no response, connection stays usable
+            assert c.echo(b"after ping") == b"after ping"
+
+
+def test_pooled_rpc_does_fewer_allocations_and_copies_per_call_than_naive():
+    per_call = {}
+    for buffers in ("pooled", "naive"):
+        with RpcServer(buffers=buffers) as s, RpcClient(s.address, buffers=buffers) as c:
+            c.echo(b"w" * 1000)                          # warm the pool
+            before = c.buffers.stats.as_dict()
+            for _ in range(200):
+                c.echo(b"p" * 1000)
+            after = c.buffers.stats.as_dict()
+            per_call[buffers] = {k: (after[k] - before[k]) / 200 for k in after}
+    assert per_call["pooled"]["allocations"] < per_call["naive"]["allocations"]
+    assert per_call["pooled"]["copies"] < per_call["naive"]["copies"]
+    assert per_call["pooled"]["bytes_copied"] < per_call["naive"]["bytes_copied"]
+    assert per_call["pooled"]["pool_hits"] >= 1
+
+
+def test_concurrent_calls_on_one_connection_are_matched_by_call_id(server):
+    with RpcClient(server.address, timeout=10) as c:
+        def call(i):
+            payload = bytes([i % 3]) + str(i).encode()
+            return c.call("sleepyEcho", wire.EchoRequestProto(payload=payload), wire.EchoResponseProto).payload
+        with ThreadPoolExecutor(16) as pool:
+            results = list(pool.map(call, range(64)))
+    assert results == [bytes([i % 3]) + str(i).encode() for i in range(64)]
+
+
+def test_responses_come_back_out_of_order(server):
+    finished = []
+    with RpcClient(server.address, timeout=10) as c:
+        def call(delay):
+            c.call("sleepyEcho", wire.EchoRequestProto(payload=bytes([delay])), wire.EchoResponseProto)
+            finished.append(delay)
+        slow = threading.Thread(target=call, args=(40,))
+        slow.start()
+        time.sleep(0.05)   # the slow call is on the wire first
+        call(0)
+        slow.join(10)
+    assert finished == [0, 40]
+
+
+def test_handler_exception_is_an_error_response_and_the_connection_stays(server):
+    with RpcClient(server.address, timeout=10) as c:
+        with pytest.raises(RpcRemoteError) as e:
+            c.call("fail", wire.EmptyRequestProto(), wire.EmptyResponseProto)
+        assert e.value.class_name == "builtins.KeyError" and "blk_42" in e.value.message
+        assert e.value.error_detail == E.ERROR_APPLICATION and not e.value.fatal
+        with pytest.raises(RpcRemoteError) as e:
+            c.call("noSuchMethod", wire.EmptyRequestProto(), wire.EmptyResponseProto)
+        assert e.value.error_detail == E.ERROR_NO_SUCH_METHOD
+        assert c.echo(b"still up") == b"still up"
+
+
+def test_call_timeout_then_the_connection_still_works(server):
+    with RpcClient(server.address, timeout=10) as c:
+        with pytest.raises(RpcTimeout):
+            c.call("sleepyEcho", wire.EchoRequestProto(payload=bytes([50])), wire.EchoResponseProto,
+                   timeout=0.05)
+        assert c.echo(b"next") == b"next"   # the late response is dropped, not mistaken for this one
+
+
+def test_over_maximum_data_length_is_fatal_and_others_keep_being_served():
+    with RpcServer(max_data_length=4096) as s:
+        with RpcClient(s.address, timeout=10) as big, RpcClient(s.address, timeout=10) as other:
+            with pytest.raises(RpcFatalError) as e:
+                big.echo(b"x" * 10_000)
+            assert "ipc.maximum.data.length" in e.value.message
+            assert e.value.error_detail == E.FATAL_INVALID_RPC_HEADER
+            with pytest.raises(RpcConnectionLost):
+                big.echo(b"small")
+            assert other.echo(b"fine") == b"fine"
+
+
+def test_server_going_away_fails_pending_calls_instead_of_hanging():
+    s = RpcServer(handlers=2).start()
+    s.register("sleepyEcho", wire.EchoRequestProto, _sleepy_echo)
+    c = RpcClient(s.address, timeout=20)
+    errors = []
+
+    def pending():
+        try:
+            c.call("sleepyEcho", wire.EchoRequestProto(payload=bytes([200])), wire.EchoResponseProto)
+        except Exception as e:
+            errors.append(e)
+    th = threading.Thread(target=pending)
+    th.start()
+    time.sleep(0.1)
+    s.stop()
+    th.join(15)
+    assert not th.is_alive() and isinstance(errors[0], RpcConnectionLost)
+    with pytest.raises(RpcConnectionLost):
+        c.echo(b"x")
+    c.close()
+
+
+def _raw(server, data: bytes, read: bool = True) -> bytes:
+    with socket.create_connection(server.address, timeout=10) as s:
+        s.sendall(data)
+        out = b""
+        while read:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+        return out
+
+
+def _fatal_detail(reply: bytes) -> int:
+    (length,) = struct.unpack(">I", reply[:4])
+    header, _ = wire.read_delimited(memoryview(reply[4:4 + length]), 0)
+    h = E()
+    h.ParseFromString(header)
+    assert h.status == wire.FATAL and h.callId == 0xFFFFFFFF
+    return h.errorDetail
+
+
+def _context() -> bytes:
+    parts = wire.delimited(wire.request_header(-3, b"c" * 16), wire.connection_context("u", wire.ECHO_PROTOCOL))
+    body = b"".join(parts)
+    return struct.pack(">I", len(body)) + body
+
+
+def test_malformed_input_is_answered_fatal_or_closed_and_the_server_keeps_serving(server):
+    assert _raw(server, b"GET / HTTP/1.1\r\n\r\n") == b""                 # not hrpc: closed, no reply
+    assert _fatal_detail(_raw(server, b"hrpc\x08\x00\x00")) == E.FATAL_VERSION_MISMATCH
+    assert _fatal_detail(_raw(server, b"hrpc\x09\x00\xdf")) == E.FATAL_UNAUTHORIZED   # SASL (-33)
+    garbage = b"\x00\x00\x00\x08" + b"\x07" + b"\xff" * 7       # a delimited header that is not protobuf
+    assert _fatal_detail(_raw(server, wire.PREAMBLE + garbage)) == E.FATAL_INVALID_RPC_HEADER
+    no_context = wire.delimited(wire.request_header(0, b"c" * 16))
+    body = b"".join(no_context)
+    assert _fatal_detail(_raw(server, wire.PREAMBLE + struct.pack(">I", len(body)) + body)) \
+        == E.FATAL_INVALID_RPC_HEADER
+    overrun = b"\x00\x00\x00\x03" + b"\x7f\x01\x02"                       # delimited length overruns
+    assert _fatal_detail(_raw(server, wire.PREAMBLE + _context() + overrun)) == E.FATAL_DESERIALIZING_REQUEST
+    _raw(server, wire.PREAMBLE + _context() + b"\x00\x00\x01\x00" + b"abc", read=False)   # truncated
+    with RpcClient(server.address, timeout=10) as c:
+        assert c.echo(b"served") == b"served"
+    deadline = time.monotonic() + 5
+    while server.closed_reasons["peer closed"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    reasons = server.closed_reasons
+    assert reasons["bad preamble"] == 1 and reasons["peer closed"] >= 1
+    assert reasons["FATAL FATAL_VERSION_MISMATCH"] == 1
+
+
+def test_more_than_a_hundred_concurrent_connections():
+    with RpcServer(handlers=8) as s:
+        clients = [RpcClient(s.address, timeout=20) for _ in range(120)]
+        try:
+            with ThreadPoolExecutor(32) as pool:
+                results = list(pool.map(lambda ic: ic[1].echo(str(ic[0]).encode()), enumerate(clients)))
+            assert results == [str(i).encode() for i in range(120)]
+            assert s.connections == 120
+        finally:
+            for c in clients:
+                c.close()
+
+
+def test_rpc_over_shm_with_concurrent_callers():
+    with RpcServer(transport="shm", handlers=4) as s:
+        with RpcClient(s.address, transport="shm", timeout=10) as c:
+            with ThreadPoolExecutor(8) as pool:
+                out = list(pool.map(lambda i: c.echo(b"%d" % i * (i * 1000)), range(40)))
+    assert out == [b"%d" % i * (i * 1000) for i in range(40)]

@@ -1,0 +1,209 @@
+"""Transport layer: framing, timeouts, peer loss, one-sided put/get, shm rings, buffer counters."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import threading
+
+import pytest
+
+from pytest_hpcnet.errors import ConfigError
+from pytest_hpcnet.reference.buffers import NaiveBuffers, PooledBuffers, size_class
+from pytest_hpcnet.reference.transport import (TRANSPORTS, FrameTooLarge, RemoteRegion, TransportClosed,
+                                               TransportTimeout, get_transport)
+from pytest_hpcnet.reference.transport.shm import ShmTransport
+
+
+@pytest.fixture(params=sorted(TRANSPORTS))
+def pair(request):
+    """A connected (client, server) pair of the parametrized transport; closed afterwards."""
+    pairs = []
+
+    def make(transport=None, buffers="pooled"):
+        t = transport or get_transport(request.param)
+        listener = t.listen("127.0.0.1", 0, buffers=buffers)
+        got = {}
+        th = threading.Thread(target=lambda: got.setdefault("s", listener.accept(timeout=10)))
+        th.start()
+        client = t.connect(listener.address, timeout=10, buffers=buffers)
+        th.join(10)
+        pairs.append((client, got["s"], listener))
+        return client, got["s"]
+
+    make.name = request.param
+    yield make
+    for client, server, listener in pairs:
+        client.close()
+        server.close()
+        listener.close()
+
+
+def _echo_thread(conn, n):
+    def run():
+        for _ in range(n):
+            m = conn.recv(timeout=10)
+            conn.send([m.view])
+            m.release()
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    return th
+
+
+def test_framing_round_trip_of_many_sizes(pair):
+    client, server = pair()
+    sizes = [0, 1, 3, 4, 63, 64, 65, 4095, 4096, 100_000, 3 << 20]
+    th = _echo_thread(server, len(sizes))
+    for size in sizes:
+        data = random.Random(size).randbytes(size)
+        client.send([data[: size // 2], data[size // 2:]])   # parts are one message
+        got = client.recv(timeout=10)
+        assert bytes(got.view) == data
+        got.release()
+    th.join(10)
+
+
+def test_shm_ring_wraps_around_and_streams_messages_larger_than_the_ring():
+    t = ShmTransport(capacity=4096)
+    listener = t.listen("127.0.0.1", 0)
+    got = {}
+    th = threading.Thread(target=lambda: got.setdefault("s", listener.accept(timeout=10)))
+    th.start()
+    client = t.connect(listener.address, timeout=10)
+    th.join(10)
+    server = got["s"]
+    rng = random.Random(7)
+    messages = [rng.randbytes(rng.choice([1, 100, 1000, 3000, 5000, 70_000])) for _ in range(300)]
+    echo = _echo_thread(server, len(messages))
+    for m in messages:   # 300 messages through a 4 KiB ring: the counters wrap many times
+        client.send([m])
+        r = client.recv(timeout=10)
+        assert bytes(r.view) == m
+    echo.join(10)
+    client.close(), server.close(), listener.close()
+
+
+def test_recv_times_out_and_resumes_a_partial_message(pair):
+    client, server = pair()
+    with pytest.raises(TransportTimeout):
+        server.recv(timeout=0.05)
+    client.send_raw(b"\x00\x00\x00\x05he")       # a frame header and part of the body
+    with pytest.raises(TransportTimeout):
+        server.recv(timeout=0.05)
+    client.send_raw(b"llo")
+    assert bytes(server.recv(timeout=5).view) == b"hello"
+
+
+def test_peer_closing_raises_transport_closed_not_a_hang(pair):
+    client, server = pair()
+    client.send([b"last words"])
+    client.close()
+    assert bytes(server.recv(timeout=5).view) == b"last words"   # data sent before close arrives
+    with pytest.raises(TransportClosed):
+        server.recv(timeout=5)
+
+
+def test_peer_closing_wakes_a_blocked_receiver(pair):
+    client, server = pair()
+    errors = []
+
+    def blocked():
+        try:
+            server.recv(timeout=20)
+        except Exception as e:
+            errors.append(e)
+    th = threading.Thread(target=blocked)
+    th.start()
+    threading.Timer(0.1, client.close).start()
+    th.join(10)
+    assert not th.is_alive()
+    assert isinstance(errors[0], TransportClosed)
+
+
+def test_announced_length_over_the_limit_raises_frame_too_large(pair):
+    client, server = pair()
+    client.send([b"x" * 2000])
+    with pytest.raises(FrameTooLarge) as e:
+        server.recv(timeout=5, max_length=1000)
+    assert e.value.length == 2000
+
+
+def test_one_sided_put_and_get_on_a_registered_region(pair):
+    client, server = pair()
+    region = server.register(bytearray(b"." * 64))
+    client_side = RemoteRegion.from_bytes(region.remote().to_bytes())   # as it would travel
+    client.put(client_side, 8, b"written-by-peer", timeout=5)
+    assert bytes(region.view[8:23]) == b"written-by-peer"
+    region.view[40:44] = b"abcd"
+    assert client.get(client_side, 40, 4, timeout=5) == b"abcd"
+    with pytest.raises(Exception):
+        client.put(client_side, 60, b"too long for the region", timeout=5)
+
+
+def test_connect_to_nothing_fails_cleanly():
+    with pytest.raises(TransportClosed):
+        get_transport("tcp").connect(("127.0.0.1", 1), timeout=2)
+    with pytest.raises(TransportClosed):
+        get_transport("shm").connect(("127.0.0.1", 1), timeout=2)
+
+
+def test_unknown_transport_and_buffers_are_config_errors():
+    with pytest.raises(ConfigError, match="verbz"):
+        get_transport("verbz")
+    with pytest.raises(ConfigError, match="buffers"):
+        get_transport("tcp").listen("127.0.0.1", 0, buffers="fancy")
+
+
+def _dev_shm():
+    return set(os.listdir("/dev/shm"))
+
+
+def test_shm_leaves_nothing_in_dev_shm():
+    before = _dev_shm()
+    t = get_transport("shm")
+    listener = t.listen("127.0.0.1", 0)
+    for _ in range(10):
+        got = {}
+        th = threading.Thread(target=lambda: got.setdefault("s", listener.accept(timeout=10)))
+        th.start()
+        client = t.connect(listener.address, timeout=10)
+        th.join(10)
+        region = got["s"].register(4096)
+        client.put(region.remote(), 0, b"x", timeout=5)
+        assert _dev_shm() - before, "a registered region should be visible while open"
+        client.close()
+        got["s"].close()
+    listener.close()
+    assert _dev_shm() - before == set()
+
+
+def test_size_classes_are_powers_of_two():
+    assert size_class(1) == 6 and size_class(64) == 6 and size_class(65) == 7
+    assert size_class(4096) == 12 and size_class(4097) == 13
+
+
+def test_pooled_reuses_the_class_recent_messages_needed():
+    pool = PooledBuffers(preallocate=())
+    for size in [3000, 2500, 3900, 2100] * 5:   # all in the 4 KiB class
+        view, release = pool.acquire(size)
+        release()
+    assert pool.stats.allocations == 1 and pool.stats.pool_hits == 19
+    view, release = pool.acquire(1500)           # smaller, but recent messages needed 4 KiB
+    assert len(view.obj) == 4096 and pool.stats.allocations == 1
+    release()
+
+
+def test_pooled_does_fewer_allocations_and_copies_per_message_than_naive():
+    counts = {}
+    for design in (PooledBuffers, NaiveBuffers):
+        buffers = design()
+        for i in range(100):
+            size = 1000 + i
+            view, release = buffers.acquire(size)
+            buffers.finish(view, release).release()
+            buffers.gather([b"hdr", b"x" * size])
+        counts[design.name] = buffers.stats
+    assert counts["pooled"].allocations < counts["naive"].allocations / 10
+    assert counts["pooled"].copies == 0 and counts["naive"].copies == 200
+    assert counts["pooled"].bytes_copied == 0 < counts["naive"].bytes_copied
