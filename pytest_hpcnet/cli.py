@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "pytest_hpcnet.qjump.commands",
     "pytest_hpcnet.reference.mapreduce.commands",
     "pytest_hpcnet.reference.rpc.cli",
+    "pytest_hpcnet.workloads.dfsio.commands",
 )
 
 

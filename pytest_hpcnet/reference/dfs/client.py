@@ -1,0 +1,235 @@
+"""``DfsClient``: what tasks and tests use to talk to the block store.
+
+    client = DfsClient(("127.0.0.1", port), "shm", replication=3, block_size=1 << 20)
+    with client.create("/data/f") as out:
+        out.write(b"...")
+    data = client.open("/data/f").read(-1)
+
+Reads pick the replica on the client's own node first (``HPCNET_NODE``), verify every chunk's CRC and
+fall back to the next replica on a checksum or connection error; if no replica verifies, the read
+raises ``ChecksumError`` (or ``DfsError``) naming the block, the datanodes and the byte offset.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..transport import TransportError, get_transport
+from .errors import ChecksumError, DfsError, NoSuchFile
+from .pipeline import DfsOutputStream
+from .wire import BYTES_PER_CHECKSUM, MAX_MESSAGE, PACKET_SIZE, decode, encode, request, verify_chunks
+
+DEFAULT_BLOCK_SIZE = 128 * 1024 * 1024
+
+
+class DfsClient:
+    def __init__(self, meta: tuple[str, int], transport: str = "tcp", *, replication: int = 3,
+                 block_size: int = DEFAULT_BLOCK_SIZE, packet_size: int = PACKET_SIZE,
+                 bpc: int = BYTES_PER_CHECKSUM, node: str | None = None, timeout: float = 30.0):
+        if packet_size <= 0 or packet_size % bpc:
+            raise DfsError(f"packet size {packet_size} must be a positive multiple of {bpc}")
+        if block_size <= 0 or block_size % bpc:
+            raise DfsError(f"block size {block_size} must be a positive multiple of {bpc}")
+        self.meta_address = (meta[0], int(meta[1]))
+        self.transport = get_transport(transport)
+        self.replication, self.block_size = replication, block_size
+        self.packet_size, self.bpc, self.timeout = packet_size, bpc, timeout
+        self.node = node or os.environ.get("HPCNET_NODE")
+        self._meta = None
+        self._datanodes: dict[tuple, object] = {}
+
+    # -- the metadata service ------------------------------------------------------------------------
+    def meta(self, op: str, **fields) -> dict:
+        if self._meta is None:
+            try:
+                self._meta = get_transport("tcp").connect(self.meta_address, timeout=self.timeout)
+            except TransportError as e:
+                raise DfsError(f"metadata service at {self.meta_address[0]}:{self.meta_address[1]} "
+                               f"unreachable: {e}") from None
+        try:
+            reply = request(self._meta, {"op": op, **fields}, timeout=self.timeout)
+        except TransportError as e:
+            self._meta.close()
+            self._meta = None
+            raise DfsError(f"metadata service: {op} failed: {e}") from None
+        if reply.get("status") != "ok":
+            cls = NoSuchFile if reply.get("kind") == "NoSuchFile" else DfsError
+            raise cls(reply.get("reason", f"{op} failed"))
+        return reply
+
+    # -- files -------------------------------------------------------------------------------------
+    def create(self, path: str, overwrite: bool = True, replication: int | None = None,
+               block_size: int | None = None) -> DfsOutputStream:
+        replication = replication or self.replication
+        block_size = block_size or self.block_size
+        reply = self.meta("create", path=path, replication=replication, block_size=block_size,
+                          overwrite=overwrite)
+        self._drop_blocks(reply["dropped"])
+        return DfsOutputStream(self, path, replication, block_size)
+
+    def append(self, path: str) -> DfsOutputStream:
+        reply = self.meta("append", path=path)
+        return DfsOutputStream(self, path, reply["replication"], reply["block_size"])
+
+    def open(self, path: str) -> "DfsInputStream":
+        return DfsInputStream(self, path, self.meta("get", path=path))
+
+    def size(self, path: str) -> int:
+        return int(self.meta("get", path=path)["length"])
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.meta("get", path=path)
+            return True
+        except NoSuchFile:
+            return False
+
+    def listing(self, prefix: str) -> list[str]:
+        return self.meta("list", path=prefix)["files"]
+
+    def truncate(self, path: str, length: int) -> None:
+        reply = self.meta("truncate", path=path, length=length)
+        self._drop_blocks(reply["drop"])
+        cut = reply["cut"]
+        if cut:
+            for loc in cut["locations"]:
+                self._dn_request(loc, {"op": "truncate_block", "block": cut["id"], "length": cut["length"]})
+
+    def delete(self, path: str, recursive: bool = False) -> int:
+        reply = self.meta("delete", path=path, recursive=recursive)
+        self._drop_blocks(reply["dropped"])
+        return int(reply["deleted"])
+
+    def _drop_blocks(self, blocks) -> None:
+        """Tell datanodes to delete replicas; a datanode that is down keeps an orphan, harmlessly."""
+        by_node: dict[str, tuple[dict, list]] = {}
+        for b in blocks:
+            for loc in b["locations"]:
+                by_node.setdefault(loc["name"], (loc, []))[1].append(b["id"])
+        for loc, ids in by_node.values():
+            try:
+                self._dn_request(loc, {"op": "delete_blocks", "blocks": ids})
+            except DfsError:
+                pass
+
+    # -- datanodes -----------------------------------------------------------------------------------
+    def _dn_conn(self, loc: dict):
+        key = tuple(loc["address"])
+        conn = self._datanodes.get(key)
+        if conn is None:
+            conn = self.transport.connect(key, timeout=self.timeout)
+            self._datanodes[key] = conn
+        return conn
+
+    def _forget(self, loc: dict) -> None:
+        conn = self._datanodes.pop(tuple(loc["address"]), None)
+        if conn is not None:
+            conn.close()
+
+    def _dn_request(self, loc: dict, header: dict) -> dict:
+        try:
+            reply = request(self._dn_conn(loc), header, timeout=self.timeout)
+        except TransportError as e:
+            self._forget(loc)
+            raise DfsError(f"datanode {loc['name']}: {header['op']} failed: {e}") from None
+        if reply.get("status") != "ok":
+            raise DfsError(reply.get("reason", f"datanode {loc['name']}: {header['op']} failed"))
+        return reply
+
+    def read_block(self, loc: dict, block: dict, offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset`` of one replica, every chunk verified."""
+        try:
+            conn = self._dn_conn(loc)
+            conn.send(encode({"op": "read_block", "block": block["id"], "offset": offset,
+                              "length": length, "packet": max(self.packet_size, 1 << 20)}),
+                      timeout=self.timeout)
+            parts, first = [], None
+            while True:
+                msg = conn.recv(timeout=self.timeout, max_length=MAX_MESSAGE)
+                try:
+                    header, payload = decode(msg.view)
+                    if header["op"] == "end":
+                        break
+                    if header["op"] == "error":
+                        raise DfsError(header.get("reason", "read failed"))
+                    n, start = int(header["len"]), int(header["start"])
+                    data, crcs = payload[len(payload) - n:], payload[:len(payload) - n]
+                    where = f"block {block['id']} on datanode {loc['name']}"
+                    try:
+                        verify_chunks(data, crcs, int(header["bpc"]), where, start)
+                    except ChecksumError:
+                        self._forget(loc)      # the rest of this stream is unread; start afresh
+                        raise
+                    first = start if first is None else first
+                    parts.append(bytes(data))
+                finally:
+                    msg.release()
+        except TransportError as e:
+            self._forget(loc)
+            raise DfsError(f"datanode {loc['name']}: read of block {block['id']} failed: {e}") from None
+        data = b"".join(parts)
+        skip = offset - (first if first is not None else offset)
+        out = data[skip:skip + length]
+        if len(out) != length:
+            raise DfsError(f"datanode {loc['name']}: block {block['id']} returned {len(out)} of {length} bytes")
+        return out
+
+    def close(self) -> None:
+        for conn in [self._meta, *self._datanodes.values()]:
+            if conn is not None:
+                conn.close()
+        self._meta = None
+        self._datanodes.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class DfsInputStream:
+    def __init__(self, client: DfsClient, path: str, info: dict):
+        self.client, self.path = client, path
+        self.length = int(info["length"])
+        self.blocks, pos = [], 0
+        for b in info["blocks"]:
+            self.blocks.append((pos, b))
+            pos += int(b["length"])
+        self.pos = 0
+
+    def pread(self, pos: int, n: int) -> bytes:
+        """Up to ``n`` bytes at ``pos``; b"" at or past the end."""
+        if pos < 0:
+            raise DfsError(f"{self.path}: negative read position {pos}")
+        end = min(self.length, pos + n)
+        out = []
+        for start, block in self.blocks:
+            stop = start + int(block["length"])
+            if stop <= pos or start >= end:
+                continue
+            lo, hi = max(pos, start), min(end, stop)
+            out.append(self._read(block, lo - start, hi - lo))
+        return b"".join(out)
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.pread(self.pos, self.length - self.pos if n < 0 else n)
+        self.pos += len(data)
+        return data
+
+    def _read(self, block: dict, offset: int, length: int) -> bytes:
+        locs = sorted(block["locations"], key=lambda loc: loc["name"] != self.client.node)
+        if not locs:
+            raise DfsError(f"{self.path}: block {block['id']} has no live replica")
+        errors = []
+        for loc in locs:
+            try:
+                return self.client.read_block(loc, block, offset, length)
+            except DfsError as e:
+                errors.append(e)
+        cls = ChecksumError if any(isinstance(e, ChecksumError) for e in errors) else DfsError
+        raise cls(f"{self.path}: no replica of block {block['id']} could be read: "
+                  + "; ".join(map(str, errors)))
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,118 @@
+"""``hpcnet dfsio``: TestDFSIO's options plus where to run.
+
+    hpcnet dfsio -write -nrFiles 4 -size 64MB --fs posix:/scratch/x [--fsync close] [--cluster local:4]
+    hpcnet dfsio -read -nrFiles 4 -size 64MB --fs blockstore --transport shm --replication 3
+
+Single-dash options are TestDFSIO's (see ``options``). Double-dash options are ours:
+``--fs`` (posix:/abs/path | posix:local | posix:shared | blockstore; default posix:shared),
+``--cluster`` (local:N, netns:N or an inventory; default local:4), ``--workdir`` (root of an embedded
+cluster's node dirs; default $TMPDIR/hpcnet-dfsio, kept so a -read can follow a -write),
+``--fsync`` (none | close | every-buffer, posix only; default none), ``--transport`` (tcp | shm),
+``--replication`` (1-3; default 3, at most the node count), ``--block-size`` (a size; default 128MB),
+``--verify`` (check read data against the write pattern), ``--timeout`` (seconds; default 600).
+For ``--fs blockstore`` the command starts the metadata service and a datanode per node, runs the
+job and stops them; the store's state stays in the node dirs for the next command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from ...cluster import load_cluster
+from ...cluster.pool import Launchers
+from ...errors import ConfigError
+from .job import parse_fs, run_dfsio
+from .options import parse_dfsio_args, parse_size
+
+FLAGS = {"--verify"}
+VALUED = {"--fs", "--cluster", "--workdir", "--fsync", "--transport", "--replication", "--block-size",
+          "--timeout"}
+
+
+def split_args(argv: list[str]) -> tuple[list[str], dict]:
+    """TestDFSIO's arguments, and ours (``--name value`` or ``--name=value``)."""
+    ours: dict = {}
+    theirs: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--"):
+            name, eq, value = arg.partition("=")
+            if name in FLAGS and not eq:
+                ours[name] = True
+            elif name in VALUED:
+                if not eq:
+                    if i + 1 >= len(argv):
+                        raise ConfigError(f"{name} needs a value", "hpcnet dfsio")
+                    i += 1
+                    value = argv[i]
+                ours[name] = value
+            else:
+                raise ConfigError(f"unknown option {name!r} (ours: {', '.join(sorted(FLAGS | VALUED))})",
+                                  "hpcnet dfsio")
+        else:
+            theirs.append(arg)
+        i += 1
+    return theirs, ours
+
+
+def _int_option(ours: dict, name: str, default: int, lo: int, hi: int) -> int:
+    text = ours.get(name, str(default))
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"{text!r} is not a whole number", name) from None
+    if not lo <= value <= hi:
+        raise ConfigError(f"{value} is outside {lo}..{hi}", name)
+    return value
+
+
+def run_command(args) -> int:
+    argv = list(args.dfsio_args)
+    if any(a in ("-h", "--help", "-help") for a in argv):
+        print(__doc__)
+        return 0
+    theirs, ours = split_args(argv)
+    opts = parse_dfsio_args(theirs)
+    target = parse_fs(ours.get("--fs", "posix:shared"), ours.get("--fsync", "none"))
+    timeout = float(_int_option(ours, "--timeout", 600, 1, 86400))
+    root = Path(ours.get("--workdir") or Path(tempfile.gettempdir()) / f"hpcnet-dfsio-{getpass.getuser()}")
+    cluster = load_cluster(ours.get("--cluster", "local:4"), root, where="--cluster")
+    with Launchers(cluster, root / "logs") as launchers:
+        store = None
+        try:
+            if target.kind == "blockstore":
+                from ...reference.dfs.store import BlockStore
+                replication = _int_option(ours, "--replication", min(3, len(cluster.nodes)), 1, 3)
+                block_size = parse_size(ours.get("--block-size", "128MB"), "--block-size")
+                store = BlockStore(launchers, cluster, transport=ours.get("--transport", "tcp")).start()
+                target.store = store.spec(replication=replication, block_size=block_size)
+            elif "--transport" in ours or "--replication" in ours or "--block-size" in ours:
+                raise ConfigError("--transport, --replication and --block-size apply to --fs blockstore",
+                                  "hpcnet dfsio")
+            result = run_dfsio(opts, target, launchers, cluster, verify=bool(ours.get("--verify")),
+                               timeout=timeout)
+        finally:
+            if store is not None:
+                store.stop()
+    if result is None:
+        print("Cleaning up test files: done", file=sys.stderr)
+        return 0
+    sys.stdout.write(result.block())
+    config = ", ".join(f"{k}={v}" for k, v in result.config.items())
+    print(f"(hpcnet: {config}; results appended to {os.path.abspath(opts.res_file)})", file=sys.stderr)
+    return 0
+
+
+def add_commands(subparsers) -> None:
+    # TestDFSIO's single-dash options would confuse argparse, so this subcommand takes its words
+    # verbatim ('+' as the only option prefix) and parses them itself.
+    p = subparsers.add_parser("dfsio", prefix_chars="+", add_help=False,
+                              help="TestDFSIO over a POSIX directory or the reference block store")
+    p.add_argument("dfsio_args", nargs="*")
+    p.set_defaults(func=run_command)
