@@ -186,7 +186,9 @@ class DfsOutputStream:
 
     # -- blocks and packets ------------------------------------------------------------------------
     def _new_block(self) -> None:
-        reply = self.client.meta("add_block", path=self.path, writer=self.client.node)
+        # Datanodes this stream saw fail are not offered again (the service has no heartbeats).
+        reply = self.client.meta("add_block", path=self.path, writer=self.client.node,
+                                 exclude=sorted({name for name, _ in self.failures}))
         self.block, self.sent = reply["block"], 0
         self.pipeline = _Pipeline(self.client, self.block, reply["targets"], 0, self.block["gen"])
         self._guarded(self.pipeline.start)

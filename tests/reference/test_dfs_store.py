@@ -1,0 +1,160 @@
+"""The block store as processes: pipeline writes, verified reads, datanode failure, garbage."""
+
+import os
+import socket
+import struct
+import time
+
+import pytest
+
+from pytest_hpcnet.cluster import local_cluster
+from pytest_hpcnet.cluster.pool import Launchers
+from pytest_hpcnet.reference.dfs.errors import ChecksumError, DfsError, DfsWriteError
+from pytest_hpcnet.reference.dfs.store import BlockStore
+from pytest_hpcnet.reference.transport import get_transport
+
+KB = 1024
+BLOCK = 256 * KB          # scaled down from 128 MB so a small file spans several blocks
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    return local_cluster(3, tmp_path_factory.mktemp("dfs-cluster"))
+
+
+@pytest.fixture(scope="module")
+def launchers(cluster, tmp_path_factory):
+    with Launchers(cluster, tmp_path_factory.mktemp("dfs-logs")) as ls:
+        yield ls
+
+
+@pytest.fixture(scope="module", params=["tcp", "shm"])
+def store(request, launchers, cluster, tmp_path_factory):
+    root = tmp_path_factory.mktemp(f"dfs-{request.param}")
+    with BlockStore(launchers, cluster, transport=request.param,
+                    dirs={n.name: root / n.name for n in cluster.nodes}).start() as st:
+        yield st
+
+
+@pytest.fixture
+def client(store):
+    with store.client(replication=3, block_size=BLOCK, packet_size=16 * KB) as c:
+        yield c
+
+
+def _write(client, path, data, piece=100_000, **kw):
+    with client.create(path, **kw) as out:
+        for i in range(0, len(data), piece):
+            out.write(data[i:i + piece])
+    return out
+
+
+def test_round_trip_pread_truncate_append(client):
+    data = os.urandom(3 * BLOCK + 12345)
+    _write(client, "/t/f", data)
+    info = client.meta("get", path="/t/f")
+    assert info["length"] == len(data) and len(info["blocks"]) == 4
+    assert all(len(b["locations"]) == 3 for b in info["blocks"])
+    assert client.open("/t/f").read() == data
+    src = client.open("/t/f")
+    assert src.pread(BLOCK - 10, 20) == data[BLOCK - 10:BLOCK + 10]    # across a block boundary
+    assert src.pread(len(data) - 5, 100) == data[-5:] and src.pread(len(data), 10) == b""
+    client.truncate("/t/f", BLOCK + 1000)
+    assert client.open("/t/f").read() == data[:BLOCK + 1000]
+    with client.append("/t/f") as out:
+        out.write(b"tail")
+    assert client.open("/t/f").read() == data[:BLOCK + 1000] + b"tail"
+    _write(client, "/t/empty", b"")
+    assert client.open("/t/empty").read() == b""
+    assert client.delete("/t", recursive=True) == 2 and not client.exists("/t/f")
+
+
+def _replica_files(store, block_id):
+    return [d / "data" / f"blk_{block_id}" for d in store.dirs.values()
+            if (d / "data" / f"blk_{block_id}").exists()]
+
+
+def test_flipped_byte_on_disk_is_caught_and_other_replica_serves(store, client):
+    data = os.urandom(BLOCK)
+    _write(client, "/c/one", data, replication=1)
+    block = client.meta("get", path="/c/one")["blocks"][0]
+    (path,) = _replica_files(store, block["id"])
+    raw = bytearray(path.read_bytes())
+    raw[70_000] ^= 0x40
+    path.write_bytes(raw)
+    with pytest.raises(ChecksumError, match=rf"block {block['id']} .*chunk at byte 69632"):
+        client.open("/c/one").read()
+    _write(client, "/c/two", data, replication=2)
+    block = client.meta("get", path="/c/two")["blocks"][0]
+    first, second = _replica_files(store, block["id"])
+    raw = bytearray(first.read_bytes())
+    raw[5] ^= 0x01
+    first.write_bytes(raw)
+    assert client.open("/c/two").read() == data          # verified, from the good replica
+
+
+def test_datanode_killed_mid_write_pipeline_recovers(launchers, cluster, tmp_path):
+    with BlockStore(launchers, cluster, transport="tcp",
+                    dirs={n.name: tmp_path / n.name for n in cluster.nodes}).start() as st, \
+            st.client(replication=3, block_size=BLOCK, packet_size=16 * KB) as c:
+        data = os.urandom(2 * BLOCK)
+        out = c.create("/k/f")
+        out.write(data[:BLOCK // 2])
+        victim = out.pipeline.targets[1]["name"]          # the middle of the pipeline
+        st.kill_datanode(victim)
+        out.write(data[BLOCK // 2:])
+        out.close()
+        assert [name for name, _ in out.failures] == [victim]
+        blocks = c.meta("get", path="/k/f")["blocks"]
+        assert all(victim not in [loc["name"] for loc in b["locations"]] for b in blocks)
+        assert all(len(b["locations"]) == 2 for b in blocks)
+        assert c.open("/k/f").read() == data              # read-back after recovery verifies
+        # The head of the pipeline dies too: the last survivor carries on.
+        out = c.create("/k/g")
+        out.write(data[:1000])
+        head = out.pipeline.targets[0]["name"]
+        st.kill_datanode(head)
+        out.write(data[1000:])
+        out.close()
+        assert head in [name for name, _ in out.failures]
+        assert c.open("/k/g").read() == data
+
+
+def test_last_datanode_killed_fails_cleanly_never_short(launchers, cluster, tmp_path):
+    with BlockStore(launchers, cluster, transport="shm",
+                    dirs={n.name: tmp_path / n.name for n in cluster.nodes}).start() as st, \
+            st.client(replication=1, block_size=BLOCK, packet_size=16 * KB) as c:
+        out = c.create("/k/f")
+        out.write(b"x" * 50_000)
+        st.kill_datanode(out.pipeline.targets[0]["name"])
+        with pytest.raises(DfsWriteError, match="no datanode left in the pipeline.*left unclosed"):
+            out.write(b"y" * BLOCK)
+            out.close()
+        out.abort()
+        with pytest.raises(DfsError, match="under construction"):
+            c.open("/k/f")
+
+
+def test_garbage_on_a_datanode_connection_is_dropped_and_logged(store, client):
+    name, proc = next(iter(store.datanodes.items()))
+    address = client.meta("datanodes")["datanodes"][name]
+    if store.transport == "tcp":
+        with socket.create_connection(tuple(address), timeout=5) as s:
+            s.sendall(b"\xff\xff\xff\xffGET / HTTP/1.1\r\n\r\n")
+            assert s.recv(10) == b""                       # dropped, nothing sent back
+    conn = get_transport(store.transport).connect(tuple(address), timeout=5)
+    conn.send([struct.pack(">I", 3) + b"{x]"])             # a frame whose header is not JSON
+    with pytest.raises(Exception):
+        conn.recv(timeout=5)
+    conn.close()
+    deadline = time.monotonic() + 5
+    while "dropped connection" not in proc.output()[1] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    log = proc.output()[1]
+    assert "header is not JSON" in log
+    if store.transport == "tcp":
+        assert "exceeds the limit" in log
+    assert proc.poll() is None
+    data = os.urandom(20_000)                              # and it keeps serving
+    _write(client, "/g/f", data)
+    assert client.open("/g/f").read() == data
