@@ -53,6 +53,7 @@ class Task:
     args: dict
     pin: str | None = None      # run only on this node (cleanup)
     attempts: int = 0
+    refunds: int = 0            # attempts given back because a source node died (bounded by #workers)
     last_error: str = ""
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
@@ -95,7 +96,7 @@ class Engine:
 
     def __init__(self, cluster, launchers, *, nodes=None, max_attempts: int = 4,
                  heartbeat_timeout: float = 10.0, start_timeout: float = 60.0,
-                 driver_host: str = "127.0.0.1"):
+                 driver_host: str = "127.0.0.1", job_timeout: float = 900.0):
         if max_attempts < 1:
             raise HpcnetError(f"max_attempts must be >= 1, got {max_attempts}")
         self.cluster, self.launchers = cluster, launchers
@@ -104,6 +105,8 @@ class Engine:
             raise HpcnetError(f"cluster {cluster.name!r} has no nodes to run workers on")
         self.max_attempts, self.heartbeat_timeout = max_attempts, heartbeat_timeout
         self.start_timeout, self.driver_host = start_timeout, driver_host
+        self.job_timeout = job_timeout
+        self._deadline = float("inf")
         self.workers: dict[str, WorkerHandle] = {}
         self._selector = selectors.DefaultSelector()
         self._listener: socket.socket | None = None
@@ -261,6 +264,9 @@ class Engine:
             busy = [w for w in self.workers.values() if w.alive and w.task is not None]
             if (aborted or not queue) and not busy:
                 return not aborted and not queue
+            if time.monotonic() > self._deadline:
+                raise JobFailed(f"the job did not finish within {self.job_timeout:g}s "
+                                f"({len(queue)} task(s) queued, {len(busy)} running)")
             alive = self.live_workers()
             if not alive:
                 last = next((t for t in [*queue, *busy] if t), None)
@@ -320,8 +326,9 @@ class Engine:
                         continue
                     task.last_error = f"on {w.name}: {m.get('error')}"
                     source = m.get("fetch_node")
-                    if source and self._confirm_lost(source):
+                    if source and task.refunds < len(self.workers) and self._confirm_lost(source):
                         task.attempts -= 1        # not the reduce's fault: its source node died
+                        task.refunds += 1
                         sw = self.workers[source]
                         if sw.alive:
                             aborted |= self._lose_running(sw, f"process exited with {sw.proc.poll()}", put_back)
@@ -341,10 +348,14 @@ class Engine:
             put_back(task)
         return self._lose(w, reason)
 
+    def _begin_job(self) -> None:
+        self._lost_this_job = []
+        self._deadline = time.monotonic() + self.job_timeout
+
     # -- job shapes -----------------------------------------------------------------------------------
     def run_map_only(self, op: str, task_args: list[dict]) -> list[dict]:
         """Run one task per args dict; results in task order."""
-        self._lost_this_job = []
+        self._begin_job()
         results: list[dict | None] = [None] * len(task_args)
         tasks = [Task("map", i, op, a) for i, a in enumerate(task_args)]
 
@@ -359,7 +370,7 @@ class Engine:
         ``part-r-NNNNN`` into ``outdir`` (the job's temporary output dir)."""
         config = parse_config(config)
         check_runnable(config, self.cluster)
-        self._lost_this_job = []
+        self._begin_job()
         job_id = f"{name}-{uuid.uuid4().hex[:8]}"
         root = "shared" if config.intermediate == "shared" else "local"
         job_dir = f"{JOB_ROOT}/{job_id}"
@@ -377,13 +388,13 @@ class Engine:
             reduce_results[task.index] = result
 
         def lost(w) -> bool:
-            if root != "local":
-                return False
-            gone = [i for i, o in outputs.items() if o["node"] == w.name]
-            for i in gone:
-                del outputs[i]
-                maps[i].last_error = f"its output was on {w.name}, which was lost ({w.lost_reason})"
-            return bool(gone)
+            # Always start a new round: local output of the node must be re-made, and shared output
+            # it served needs a new server in the reduces' source lists.
+            if root == "local":
+                for i in [i for i, o in outputs.items() if o["node"] == w.name]:
+                    del outputs[i]
+                    maps[i].last_error = f"its output was on {w.name}, which was lost ({w.lost_reason})"
+            return True
 
         reduce_tasks = {r: Task("reduce", r, reduce_op, {}) for r in range(reduces)}
         try:

@@ -83,7 +83,7 @@ def terasort(engine: Engine, indir: str | os.PathLike, outdir: str | os.PathLike
     points = sample_split_points(splits, reduces)
     sample_s = time.perf_counter() - t0
     args = [{"path": str(s.path), "start": s.start, "length": s.length,
-             "split_points": [p.hex() for p in points]} for s in splits]
+             "split_points": [p.hex() for p in points], "reduces": reduces} for s in splits]
     with committed_output(outdir, "terasort OUTDIR") as tmp:
         write_partition_file(tmp / PARTITION_FILENAME, points)
         result = engine.run_mapreduce("terasort", config, "terasort_map", args, reduces, "terasort_reduce", tmp)

@@ -44,14 +44,15 @@ class FetchError(HpcnetError):
 def write_map_output(base: Path, segments: list) -> list[int]:
     """Write segments (bytes-like or uint8 arrays) as ``base.out`` + ``base.index``; return their sizes."""
     base.parent.mkdir(parents=True, exist_ok=True)
-    sizes = [memoryview(s).nbytes for s in segments]
+    segments = [np.ascontiguousarray(s).reshape(-1) if isinstance(s, np.ndarray) else s for s in segments]
+    sizes = [s.nbytes if isinstance(s, np.ndarray) else len(s) for s in segments]
     offsets = np.zeros(len(segments) + 1, dtype="<i8")
     np.cumsum(sizes, out=offsets[1:])
     data, index = base.with_name(base.name + DATA_SUFFIX), base.with_name(base.name + INDEX_SUFFIX)
     tmp_data, tmp_index = data.with_name("." + data.name + ".tmp"), index.with_name("." + index.name + ".tmp")
     with open(tmp_data, "wb") as f:
         for s in segments:
-            f.write(memoryview(s).cast("B") if not isinstance(s, np.ndarray) else np.ascontiguousarray(s).data)
+            f.write(s)
     tmp_index.write_bytes(offsets.tobytes())
     os.rename(tmp_data, data)
     os.rename(tmp_index, index)

@@ -66,11 +66,13 @@ class Worker:
     def _map_base(self, root: str, path: str) -> Path:
         return resolve(self.roots, root, path)
 
-    def op_terasort_map(self, path, start, length, split_points, root, out):
+    def op_terasort_map(self, path, start, length, split_points, reduces, root, out):
         t0 = time.perf_counter()
         records = Split(Path(path), start, length).read()
         t1 = time.perf_counter()
         segments = map_sort_partition(records, [bytes.fromhex(k) for k in split_points])
+        # an empty sample gives no split points: the other partitions are empty, but they exist
+        segments += [records[:0]] * (reduces - len(segments))
         t2 = time.perf_counter()
         sizes = write_map_output(self._map_base(root, out), segments)
         t3 = time.perf_counter()
@@ -109,7 +111,7 @@ class Worker:
         def merge(data):
             segs = [np.frombuffer(d, dtype=np.uint8).reshape(-1, RECORD_LENGTH) for d in data]
             merged = merge_segments(segs)
-            return memoryview(np.ascontiguousarray(merged)).cast("B"), len(merged)
+            return np.ascontiguousarray(merged).reshape(-1), len(merged)
         return self._reduce(reduce, sources, transport, direct, outdir, merge, "tera")
 
     def op_sort_reduce(self, reduce, sources, transport, direct, outdir):
