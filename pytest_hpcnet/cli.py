@@ -17,6 +17,7 @@ from .errors import HpcnetError
 COMMAND_MODULES = (
     "pytest_hpcnet.hardware",
     "pytest_hpcnet.report.commands",
+    "pytest_hpcnet.compare",
     "pytest_hpcnet.qjump.commands",
     "pytest_hpcnet.reference.mapreduce.commands",
     "pytest_hpcnet.reference.rpc.cli",
