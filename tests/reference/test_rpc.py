@@ -127,7 +127,7 @@ def test_server_going_away_fails_pending_calls_instead_of_hanging():
 
     def pending():
         try:
-            c.call("sleepyEcho", wire.EchoRequestProto(payload=bytes([200])), wire.EchoResponseProto)
+            c.call("sleepyEcho", wire.EchoRequestProto(payload=bytes([100])), wire.EchoResponseProto)
         except Exception as e:
             errors.append(e)
     th = threading.Thread(target=pending)
