@@ -1,0 +1,110 @@
+"""MapReduce workloads on the reference engine: generate input once, then time jobs per configuration.
+
+A ``JobTimer`` is what paired measurement calls: each call runs one job (TeraSort or Sort) under one
+named configuration into a fresh output dir, checks the job's record count, deletes the output, and
+returns the job's wall time in seconds; it keeps every ``JobResult`` so ``measurements()`` can report
+the job time and its phase breakdown (sample / map / shuffle / reduce) as ``Measurement``s.
+
+Metrics: ``mapreduce.<job>.job_time`` (s, lower is better) -- the metric the claims name -- and
+``mapreduce.<job>.phase.<phase>`` (s) for each phase.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import HpcnetError
+from ..measure import Measurement, measurement
+from ..reference.mapreduce.engine import jobs
+from ..reference.mapreduce.engine.config import parse_config
+from ..reference.mapreduce.engine.driver import Engine, JobResult
+
+JOBS = ("terasort", "sort")
+
+
+def metric(job: str, phase: str | None = None) -> str:
+    return f"mapreduce.{job}.job_time" if phase is None else f"mapreduce.{job}.phase.{phase}"
+
+
+@dataclass
+class Input:
+    job: str
+    path: Path
+    records: int
+    bytes: int
+    checksum: str | None = None     # TeraGen's checksum (terasort input)
+
+
+def prepare_input(engine: Engine, job: str, root: Path, *, rows: int = 200_000, sort_bytes: int = 8 << 20,
+                  maps: int | None = None) -> Input:
+    """Input for ``job`` under ``root`` (which every node can reach): TeraGen rows for terasort,
+    RandomWriter bytes for sort; one file per node unless ``maps`` says otherwise."""
+    if job not in JOBS:
+        raise HpcnetError(f"unknown mapreduce job {job!r}; choose one of {', '.join(JOBS)}")
+    maps = maps or len(engine.workers)
+    path = Path(tempfile.mkdtemp(prefix=f"{job}-input-", dir=root)) / "in"
+    if job == "terasort":
+        r = jobs.teragen(engine, rows, path, maps=maps)
+        return Input(job, path, r.records, r.records * 100, r.details["checksum"])
+    r = jobs.randomwriter(engine, path, sort_bytes, maps=maps, seed=1)
+    return Input(job, path, r.records, r.details["bytes"])
+
+
+@dataclass
+class JobTimer:
+    """One configuration's job, callable for paired rounds; returns seconds per call."""
+
+    engine: Engine
+    input: Input
+    config: str
+    reduces: int
+    scratch: Path
+    maps: int | None = None
+    results: list[JobResult] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.config = parse_config(self.config, "JobTimer config").name
+
+    def __call__(self) -> float:
+        out = Path(tempfile.mkdtemp(prefix="out-", dir=self.scratch)) / "out"
+        try:
+            if self.input.job == "terasort":
+                result = jobs.terasort(self.engine, self.input.path, out, self.reduces, self.config, self.maps)
+            else:
+                result = jobs.sort(self.engine, self.input.path, out, self.reduces, self.config)
+            if result.records != self.input.records:
+                raise HpcnetError(f"{self.input.job} under {self.config} wrote {result.records} records, "
+                                  f"its input has {self.input.records}")
+        finally:
+            shutil.rmtree(out.parent, ignore_errors=True)
+        self.results.append(result)
+        return result.seconds
+
+    def measurements(self, skip: int = 0) -> list[Measurement]:
+        """Job time and each phase over the calls after the first ``skip`` (warm-up)."""
+        kept = self.results[skip:]
+        if not kept:
+            raise HpcnetError(f"no {self.input.job} runs under {self.config} to report")
+        nodes = tuple(self.engine.workers)
+        params = {"records": self.input.records, "bytes": self.input.bytes, "reduces": self.reduces,
+                  "maps": kept[0].details.get("maps"), "nodes": len(nodes)}
+        out = [measurement(metric(self.input.job), [r.seconds for r in kept], unit="s", direction="lower",
+                           config=self.config, nodes=nodes, params=params)]
+        for phase in kept[0].phases:
+            out.append(measurement(metric(self.input.job, phase), [r.phases[phase] for r in kept], unit="s",
+                                   direction="lower", config=self.config, nodes=nodes, params=params))
+        return out
+
+
+def run_configs(engine: Engine, inp: Input, configs: list[str], *, rounds: int = 3, reduces: int | None = None,
+                scratch: Path, warmup: int = 1) -> dict[str, JobTimer]:
+    """Each config ``warmup + rounds`` times, round-robin (A B C A B C ...); timers by config name."""
+    reduces = reduces or len(engine.workers)
+    timers = {c: JobTimer(engine, inp, c, reduces, scratch) for c in configs}
+    for _ in range(warmup + rounds):
+        for timer in timers.values():
+            timer()
+    return timers
