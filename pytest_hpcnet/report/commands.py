@@ -1,4 +1,8 @@
-"""``hpcnet report RUN.json``: show a recorded run's measurements and verdicts."""
+"""``hpcnet report RUN.json [-o DIR] [-q]``: show a recorded run and write its HTML report.
+
+Prints the measurement and verdict tables (``-q`` leaves them out), writes ``DIR/<run id>.html``
+(``DIR`` defaults to the directory holding the record) and prints the HTML file's path last.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,11 @@ from .terminal import measurements_table, verdicts_table
 
 
 def add_commands(subparsers) -> None:
-    p = subparsers.add_parser("report", help="print a run record's measurements and claim verdicts")
+    p = subparsers.add_parser("report", help="print a run record's tables and write its HTML report")
     p.add_argument("record", type=Path, help="a run record, e.g. .hpcnet/<run>.json")
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="DIR",
+                   help="directory for <run id>.html (default: the record's directory)")
+    p.add_argument("-q", "--quiet", action="store_true", help="do not print the tables, only the HTML path")
     p.set_defaults(func=_report)
 
 
@@ -19,14 +26,18 @@ def _report(args) -> int:
         print(f"hpcnet report: no such run record: {args.record}")
         return 2
     record = load(args.record)
-    prov = record.provenance
-    git = prov.get("git", {})
-    print(f"run {record.run_id}  host {prov.get('host')}  cluster {prov.get('cluster', {}).get('source')}  "
-          f"target {prov.get('target', {}).get('name')}  commit {(git.get('commit') or '-')[:12]}"
-          f"{' (dirty)' if git.get('dirty') else ''}")
-    if record.measurements:
-        print(measurements_table(record.measurements))
-    if record.verdicts:
-        print()
-        print(verdicts_table(record.verdicts))
+    if not args.quiet:
+        prov = record.provenance
+        git = prov.get("git", {})
+        print(f"run {record.run_id}  host {prov.get('host')}  cluster {prov.get('cluster', {}).get('source')}  "
+              f"target {prov.get('target', {}).get('name')}  commit {(git.get('commit') or '-')[:12]}"
+              f"{' (dirty)' if git.get('dirty') else ''}")
+        if record.measurements:
+            print(measurements_table(record.measurements))
+        if record.verdicts:
+            print()
+            print(verdicts_table(record.verdicts))
+    from .html import write_html   # matplotlib loads only when a report is drawn
+    path = write_html(record, args.output if args.output is not None else args.record.parent)
+    print(f"wrote {path}")
     return 0
