@@ -207,3 +207,53 @@ def test_pooled_does_fewer_allocations_and_copies_per_message_than_naive():
     assert counts["pooled"].allocations < counts["naive"].allocations / 10
     assert counts["pooled"].copies == 0 and counts["naive"].copies == 200
     assert counts["pooled"].bytes_copied == 0 < counts["naive"].bytes_copied
+
+
+_KILLED_PEER = """
+import sys, time
+from pytest_hpcnet.reference.transport import get_transport
+conn = get_transport(sys.argv[1]).connect(("127.0.0.1", int(sys.argv[2])), timeout=10)
+conn.send([b"hello"])
+print("sent", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("name", sorted(TRANSPORTS))
+def test_killed_peer_process_raises_transport_closed(name):
+    import signal
+    import subprocess
+    import sys
+
+    listener = get_transport(name).listen("127.0.0.1", 0)
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_PEER, name, str(listener.address[1])],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        server = listener.accept(timeout=20)
+        assert proc.stdout.readline().strip() == "sent"
+        assert bytes(server.recv(timeout=10).view) == b"hello"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        with pytest.raises(TransportClosed):
+            server.recv(timeout=10)
+        server.close()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        listener.close()
+
+
+def test_bad_spin_setting_is_a_config_error(monkeypatch):
+    from pytest_hpcnet.reference.transport.shm import spin_seconds
+
+    monkeypatch.setenv("HPCNET_SHM_SPIN", "fast")
+    with pytest.raises(ConfigError, match="HPCNET_SHM_SPIN"):
+        spin_seconds()
+
+
+def test_both_transports_fill_the_connection_protocol(pair):
+    from pytest_hpcnet.reference.transport import Connection
+
+    client, server = pair()
+    assert isinstance(client, Connection) and isinstance(server, Connection)

@@ -11,8 +11,10 @@ Data path: each ring has a ``head`` (bytes ever written, stored only by the prod
 (bytes ever read, stored only by the consumer) as aligned 8-byte words; a byte stream with the same
 4-byte length framing as tcp flows through it.
 
-Wake-up strategy: spin, then doorbell. A waiting side first polls the ring for ``SPIN_SECONDS`` (a
-message that is already on its way arrives without any system call), then sets its "waiting" flag,
+Wake-up strategy: spin, then doorbell. A waiting side first polls the ring for ``SPIN_SECONDS``
+(200 us; ``HPCNET_SHM_SPIN`` overrides) so a message already on its way arrives without a sleep; the
+spin calls ``sched_yield`` between checks so other threads of the process (the server's handlers)
+get the GIL meanwhile. Then it sets its "waiting" flag,
 re-checks, and sleeps in ``poll()`` on an eventfd doorbell plus the liveness socket. The other side
 rings the doorbell only when it sees the flag, so a busy stream makes no system calls at all. We chose
 an eventfd doorbell over sleep-with-backoff because a backoff sleep puts its own length (tens of
@@ -42,12 +44,28 @@ from .base import (DEFAULT_TIMEOUT, RemoteRegion, StreamConnection, TransportClo
                    TransportTimeout, deadline_of, remaining)
 
 RING_CAPACITY = 1 << 20     # bytes per direction; larger messages stream through in pieces
-SPIN_SECONDS = 200e-6
+SPIN_SECONDS = 200e-6       # default spin before arming the doorbell; HPCNET_SHM_SPIN overrides
 MAX_SLEEP = 0.005
 CTRL = 320                  # per ring: head, tail, reader/writer waiting, closed -- one cache line each
 HEAD, TAIL, READER_WAITING, WRITER_WAITING, CLOSED = 0, 8, 16, 24, 32   # indices of 8-byte words
 SHM_DIR = "/dev/shm"
 REGION_PREFIX = "hpcnet-region-"
+
+
+def spin_seconds() -> float:
+    """The spin phase length: 200 us measured best for 64-byte RPC on a 2-core box (0 and 50 us were
+    slower there); a machine with spare cores may want more, an oversubscribed one 0."""
+    text = os.environ.get("HPCNET_SHM_SPIN")
+    if text is None:
+        return SPIN_SECONDS
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        from ...errors import ConfigError
+        raise ConfigError(f"expected seconds in [0, 1), got {text!r}", where="HPCNET_SHM_SPIN")
+    return value
 
 
 def socket_name(host: str, port: int) -> bytes:
@@ -107,6 +125,7 @@ class ShmConnection(StreamConnection):
         self._live = liveness
         self._live.setblocking(False)
         self._peer_gone = False
+        self._spin = spin_seconds()
         self.peer = f"shm:{'client' if is_server else 'server'}"
         weakref.finalize(self, _release, mm, list(fds), liveness)
         self._regions: list[ShmRegion] = []
@@ -129,7 +148,7 @@ class ShmConnection(StreamConnection):
             raise TransportClosed("peer closed the shared-memory connection")
 
     def _wait(self, ready, flag_ring: _Ring, flag: int, bell: _Doorbell, deadline: float, what: str):
-        spin_until = time.perf_counter() + SPIN_SECONDS
+        spin_until = time.perf_counter() + self._spin
         while time.perf_counter() < spin_until:
             if ready():
                 return
