@@ -235,23 +235,19 @@ def test_hook_is_inert_without_the_variable():
     assert out.stdout.split() == ["0", "0", "0", "0"], out.stderr
 
 
-def test_qjump_run_end_to_end_passes_exit_code():
-    hpcnet = [sys.executable, "-m", "pytest_hpcnet.cli"]
+def test_qjump_run_end_to_end_passes_exit_code(capsys):
     code = "import socket,sys; sys.exit(socket.socket().getsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY) & 0xff)"
-    done = subprocess.run(hpcnet + ["qjump", "run", "-p", "6", "--", sys.executable, "-c", code],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 7, done.stderr  # level 6 -> class 1:7 -> SO_PRIORITY 0x10007
-    assert "warning" not in done.stderr
+    assert cli.main(["qjump", "run", "-p", "6", "--", sys.executable, "-c", code]) == 7  # class 1:7
+    assert "warning" not in capsys.readouterr().err
 
 
-def test_qjump_run_warns_for_non_python_and_rejects_bad_level(tmp_path):
-    hpcnet = [sys.executable, "-m", "pytest_hpcnet.cli"]
-    done = subprocess.run(hpcnet + ["qjump", "run", "-p", "3", "--", "true"], capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 0 and "does not look like a Python program" in done.stderr
-    done = subprocess.run(hpcnet + ["qjump", "run", "-p", "9", "--", "true"], capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 2 and "0..7" in done.stderr
+def test_qjump_run_warns_for_non_python_and_rejects_bad_level(tmp_path, capsys):
+    assert cli.main(["qjump", "run", "-p", "3", "--", "true"]) == 0
+    assert "does not look like a Python program" in capsys.readouterr().err
+    assert cli.main(["qjump", "run", "-p", "9", "--", "true"]) == 2
+    assert "0..7" in capsys.readouterr().err
+    assert cli.main(["qjump", "run", "-p", "1", "--", str(tmp_path / "absent")]) == 2
+    assert "cannot start" in capsys.readouterr().err
     script = tmp_path / "app"
     script.write_text("#!/usr/bin/env python3\nprint('hi')\n")
     assert looks_like_python(str(script)) and looks_like_python("python3") and not looks_like_python("ls")
