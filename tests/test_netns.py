@@ -159,3 +159,19 @@ def test_ctrl_c_tears_down(tmp_path, sig):
         proc.kill()
         proc.wait()
     assert not set(names) & set(netns.namespaces())
+
+
+@needs_root
+def test_qjump_config_apply_changes_a_nodes_layout(tmp_path, capsys):
+    from pytest_hpcnet import cli
+    with netns.temporary_netns_cluster(1, tmp_path) as cluster:
+        ns = cluster.nodes[0].extra["netns"]["namespace"]
+        assert cli.main(["qjump-config", "--apply", ns, "--dev", "eth0", "--link-rate", "100mbit",
+                         "--bytesq", "64", "--timeq", "20"]) == 0
+        assert f"applied in namespace {ns}" in capsys.readouterr().out
+        out = subprocess.run(["tc", "-n", ns, "class", "show", "dev", "eth0"], capture_output=True, text=True,
+                             check=True).stdout
+        assert "class htb 1:100 root rate 100Mbit" in out
+        assert "class htb 1:8 parent 1:100 prio 0 rate 25600Kbit ceil 25600Kbit" in out
+        assert cli.main(["qjump-config", "--apply", ns, "--dev", "nosuch0"]) == 2
+        assert "failed" in capsys.readouterr().err

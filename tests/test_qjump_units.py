@@ -123,8 +123,8 @@ def test_level_rates_follow_bytesq_timeq_and_cap_at_link():
 def test_tc_commands_for_the_seed_parameters():
     # bytesq=256 timeq=5 p0rate=100 (the Naiad run) on a 10 Gbit link: base 409.6 Mbit/s
     cmds = levels.tc_commands("eth1", levels.QJumpParams(), "10gbit")
-    assert cmds[0] == ["qdisc", "replace", "dev", "eth1", "root", "handle", "1:", "htb", "default", "1"]
-    assert cmds[1][:8] == ["class", "replace", "dev", "eth1", "parent", "1:", "classid", "1:100"]
+    assert cmds[0] == ["qdisc", "add", "dev", "eth1", "root", "handle", "1:", "htb", "default", "1"]
+    assert cmds[1][:8] == ["class", "add", "dev", "eth1", "parent", "1:", "classid", "1:100"]
     assert cmds[1][cmds[1].index("rate") + 1] == "10000000000bit"
     by_class = {c[c.index("classid") + 1]: c for c in cmds[2:]}
     assert sorted(by_class) == [f"1:{i}" for i in range(1, 9)]
@@ -162,7 +162,8 @@ def test_qjump_config_prints_the_tc_layout(capsys):
     assert cli.main(["qjump-config", "--bytesq", "64", "--timeq", "20", "--p7rate", "2", "--dev", "veth9"]) == 0
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if line.startswith("tc ")]
-    assert lines[0] == "tc qdisc replace dev veth9 root handle 1: htb default 1"
+    assert lines[0] == "tc qdisc add dev veth9 root handle 1: htb default 1"
+    assert "first: tc qdisc del dev veth9 root" in out
     assert "classid 1:8 htb rate 51200000bit ceil 51200000bit prio 0" in lines[-1]
     assert "level 7: class 1:8  SO_PRIORITY 65544" in out
 

@@ -106,9 +106,12 @@ def _config(args) -> int:
         print(f"#   level {level}: class {levels.class_id(level)}  SO_PRIORITY {levels.priority_value(level)} "
               f"(0x{levels.priority_value(level):x})  rate {params.level_rate_bits(level, link) / 1e6:g} Mbit/s")
     prefix = ["tc"] + (["-n", args.apply] if args.apply else [])
+    print(f"# on a device that has a root qdisc already, first: {shlex.join(prefix + levels.remove_command(args.dev))}")
     for cmd in commands:
         print(shlex.join(prefix + cmd))
     if args.apply:
+        # HTB cannot replace itself in place: drop whatever root qdisc is there (none is fine), then add.
+        subprocess.run(prefix + levels.remove_command(args.dev), capture_output=True)
         for cmd in commands:
             done = subprocess.run(prefix + cmd, capture_output=True, text=True)
             if done.returncode != 0:

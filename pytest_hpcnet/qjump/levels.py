@@ -98,18 +98,24 @@ def _bits(value: float) -> str:
 def tc_commands(dev: str, params: QJumpParams, link_rate: str = "200mbit") -> list[list[str]]:
     """The tc invocations (argv without the ``tc`` binary or ``-n NS``) that build the layout on ``dev``.
 
-    ``replace`` everywhere, so applying twice, or over an earlier layout, converges on this one.
+    They ``add``, so ``dev`` must have no root qdisc of its own yet: HTB cannot ``replace`` itself in
+    place. ``remove_command`` deletes an earlier one (and fails harmlessly when there is none).
     """
     link = parse_rate(link_rate, "link rate")
-    cmds = [["qdisc", "replace", "dev", dev, "root", "handle", QDISC_HANDLE, "htb", "default",
+    cmds = [["qdisc", "add", "dev", dev, "root", "handle", QDISC_HANDLE, "htb", "default",
              f"{class_minor(DEFAULT_LEVEL):x}"],
-            ["class", "replace", "dev", dev, "parent", QDISC_HANDLE, "classid", LINK_CLASS, "htb",
+            ["class", "add", "dev", dev, "parent", QDISC_HANDLE, "classid", LINK_CLASS, "htb",
              "rate", _bits(link), "ceil", _bits(link), "quantum", str(QUANTUM)]]
     for level in LEVELS:
         rate = _bits(params.level_rate_bits(level, link))
-        cmds.append(["class", "replace", "dev", dev, "parent", LINK_CLASS, "classid", class_id(level), "htb",
+        cmds.append(["class", "add", "dev", dev, "parent", LINK_CLASS, "classid", class_id(level), "htb",
                      "rate", rate, "ceil", rate, "prio", str(7 - level), "quantum", str(QUANTUM)])
     return cmds
+
+
+def remove_command(dev: str) -> list[str]:
+    """Delete ``dev``'s root qdisc (and with it every class), back to the kernel's default."""
+    return ["qdisc", "del", "dev", dev, "root"]
 
 
 _CLASS_LINE = re.compile(r"^class htb (\S+) ")
