@@ -1,0 +1,28 @@
+"""Fixtures of the mapreduce suite: one engine (a worker per node) for the session, and a fresh
+directory on the cluster's shared dir per test (job input and output must be reachable from every node)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from pytest_hpcnet.reference.mapreduce.engine.driver import Engine
+
+
+@pytest.fixture(scope="session")
+def engine(cluster, launchers):
+    """The reference MapReduce engine on the cluster under test; its workers stop at the end."""
+    with Engine(cluster, launchers) as engine:
+        yield engine
+
+
+@pytest.fixture
+def shared_dir(cluster):
+    if cluster.shared is None:
+        pytest.skip(f"cluster {cluster.source} has no shared dir; MapReduce jobs need one for input/output")
+    d = Path(tempfile.mkdtemp(prefix="mapreduce-", dir=cluster.shared))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

@@ -1,0 +1,77 @@
+"""The published RDMA-Hadoop MapReduce claims (seeds 000 and 001), run where their hardware is.
+
+Each test carries the hardware markers of its paper's testbed, so on a cluster without them it is
+skipped with the reason (``pytest -m ib_qdr suites/mapreduce`` then runs none and exits 0). On the
+real testbed it runs the job at the paper's shape -- 32 maps, 16 TeraSort / 14 Sort reducers for seed
+000; 60 maps for seed 001 -- on input whose size comes from the environment (the published figures
+span several sizes; the default here is a modest one that still takes minutes):
+
+    HPCNET_MAPREDUCE_PAPER_ROWS   TeraGen rows for TeraSort claims (default 100,000,000 = 10 GB)
+    HPCNET_MAPREDUCE_PAPER_BYTES  RandomWriter bytes for Sort claims (default 10 GiB)
+    HPCNET_MAPREDUCE_PAPER_ROUNDS paired rounds (default 3: each round is two full jobs)
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pytest_hpcnet.claims import load_claims
+from pytest_hpcnet.workloads import mapreduce as wm
+
+from pairs import CLAIMS_FILE, job_of, run_pair, samples
+
+CLAIMS = load_claims([CLAIMS_FILE])
+SEED000 = [c.id for c in CLAIMS.values() if c.id.startswith("mapreduce.seed000.")]
+SEED001 = [c.id for c in CLAIMS.values() if c.id.startswith("mapreduce.seed001.")]
+SHAPE = {  # (maps, reduces) per seed and job, as the papers ran them
+    "seed000": {"terasort": (32, 16), "sort": (32, 14)},
+    "seed001": {"terasort": (60, 60), "sort": (60, 60)},
+}
+
+
+def _env_int(name: str, default: int) -> int:
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise pytest.UsageError(f"${name}: expected a whole number, got {text!r}") from None
+
+
+def run_claim(claim_id, seed, engine, cluster, shared_dir, measure, claim):
+    c = CLAIMS[claim_id]
+    job = job_of(c)
+    maps, reduces = SHAPE[seed][job]
+    inp = wm.prepare_input(engine, job, shared_dir, maps=maps,
+                           rows=_env_int("HPCNET_MAPREDUCE_PAPER_ROWS", 100_000_000),
+                           sort_bytes=_env_int("HPCNET_MAPREDUCE_PAPER_BYTES", 10 << 30))
+    rounds = _env_int("HPCNET_MAPREDUCE_PAPER_ROUNDS", 3)
+    base, cand = run_pair(engine, measure, inp, c.baseline, c.candidate, shared_dir, reduces=reduces,
+                          maps=maps if job == "terasort" else None, rounds=rounds)
+    claim(c.id, samples(c, base, 1), samples(c, cand, 1))
+
+
+@pytest.mark.ib_qdr
+@pytest.mark.lustre
+@pytest.mark.parametrize("claim_id", SEED000)
+def test_seed000_mapreduce_over_lustre(claim_id, engine, cluster, shared_dir, measure, claim):
+    run_claim(claim_id, "seed000", engine, cluster, shared_dir, measure, claim)
+
+
+@pytest.mark.edr
+@pytest.mark.power8
+@pytest.mark.parametrize("claim_id", SEED001)
+def test_seed001_openpower(claim_id, engine, cluster, shared_dir, measure, claim):
+    run_claim(claim_id, "seed001", engine, cluster, shared_dir, measure, claim)
+
+
+def test_every_paper_claim_has_a_test():
+    paper = {c.id for c in CLAIMS.values() if not c.is_local}
+    assert paper == set(SEED000) | set(SEED001)
+    for cid in SEED000:
+        assert set(CLAIMS[cid].markers) == {"ib_qdr", "lustre"}
+    for cid in SEED001:
+        assert set(CLAIMS[cid].markers) == {"edr", "power8"}

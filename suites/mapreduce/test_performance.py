@@ -1,0 +1,46 @@
+"""Job time per configuration on the embedded cluster, in paired rounds, with the phase breakdown
+(sample / map / shuffle / reduce) recorded as measurements, and the suite's local claims checked.
+
+Each test runs one (job, baseline, candidate) pair named by the local claims in claims.toml and
+evaluates every local claim on that pair, so the claims file stays the one place configurations are
+named. Input is small (TeraSort 200k rows = 20 MB, Sort 8 MiB) so the suite fits CI's budget.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_hpcnet.claims import load_claims
+from pytest_hpcnet.workloads import mapreduce as wm
+
+from pairs import CLAIMS_FILE, job_of, run_pair, samples
+
+TERASORT_ROWS = 200_000
+SORT_BYTES = 8 << 20
+LOCAL = [c for c in load_claims([CLAIMS_FILE]).values() if c.is_local]
+PAIRS = sorted({(job_of(c), c.baseline, c.candidate) for c in LOCAL})
+
+
+@pytest.fixture(scope="module")
+def inputs(engine, cluster, tmp_path_factory):
+    if cluster.shared is None:
+        pytest.skip(f"cluster {cluster.source} has no shared dir for job input")
+    made = {}
+
+    def get(job):
+        if job not in made:
+            made[job] = wm.prepare_input(engine, job, cluster.shared, rows=TERASORT_ROWS, sort_bytes=SORT_BYTES)
+        return made[job]
+    return get
+
+
+@pytest.mark.parametrize("job,baseline,candidate", PAIRS, ids=[f"{j}:{b}..{c}" for j, b, c in PAIRS])
+def test_local_claims(engine, inputs, shared_dir, measure, claim, job, baseline, candidate):
+    inp = inputs(job)
+    base, cand = run_pair(engine, measure, inp, baseline, candidate, shared_dir, reduces=len(engine.workers))
+    for phase_name in ("map", "shuffle", "reduce"):
+        assert all(r.phases[phase_name] >= 0 for r in base.results + cand.results)
+    assert all(r.records == inp.records for r in base.results + cand.results)
+    claims = [c for c in LOCAL if (job_of(c), c.baseline, c.candidate) == (job, baseline, candidate)]
+    for c in claims:
+        claim(c.id, samples(c, base, 1), samples(c, cand, 1))
