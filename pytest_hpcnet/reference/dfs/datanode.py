@@ -103,6 +103,9 @@ class DataNode:
             return
         down = None
         try:
+            if int(h.get("offset", 0)) or int(h["gen"]) > 1:
+                log(f"datanode {self.name}", f"pipeline recovery: block {block} resumes at byte "
+                                             f"{h.get('offset', 0)}, generation {h['gen']}")
             try:
                 writer = self.blocks.open_writer(block, int(h["gen"]), int(h["bpc"]), int(h.get("offset", 0)))
             except (DfsError, OSError) as e:

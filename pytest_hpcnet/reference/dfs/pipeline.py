@@ -203,20 +203,28 @@ class DfsOutputStream:
 
     def _end_block(self) -> None:
         self._flush_packet(last=True)
-        self._guarded(lambda: self.pipeline.drain())
+        self._guarded(lambda: self.pipeline.drain(), again=lambda: self.pipeline.drain())
         p = self.pipeline
+        if p.acked != self.sent:     # an invariant, checked because a miss would be a short file
+            raise DfsWriteError(f"{self.path}: block {self.block['id']}: {p.acked} bytes acknowledged "
+                                f"of {self.sent} sent; not committing a short block")
         self.client.meta("commit_block", path=self.path, block=self.block["id"], gen=p.gen,
                          length=self.sent, locations=[t["name"] for t in p.targets])
         p.close()
         self.block, self.pipeline = None, None
 
-    def _guarded(self, action) -> None:
+    def _guarded(self, action, again=None) -> None:
+        """Run ``action``; after a recovery run ``again`` on the new pipeline (a drain must wait
+        for the new pipeline's acks too), or nothing (a packet that was being sent is pending and
+        the recovery resent it)."""
         while True:
             try:
                 return action()
             except _PipelineFailure as failure:
                 self._recover(failure)
-                action = lambda: None    # noqa: E731 -- the recovery resent everything pending
+                if again is None:
+                    return None
+                action = again
 
     def _recover(self, failure: _PipelineFailure) -> None:
         while True:

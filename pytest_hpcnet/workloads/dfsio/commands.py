@@ -48,13 +48,12 @@ def split_args(argv: list[str]) -> tuple[list[str], dict]:
             elif name in VALUED:
                 if not eq:
                     if i + 1 >= len(argv):
-                        raise ConfigError(f"{name} needs a value", "hpcnet dfsio")
+                        raise ConfigError("needs a value", name)
                     i += 1
                     value = argv[i]
                 ours[name] = value
             else:
-                raise ConfigError(f"unknown option {name!r} (ours: {', '.join(sorted(FLAGS | VALUED))})",
-                                  "hpcnet dfsio")
+                raise ConfigError(f"unknown option {name!r} (ours: {', '.join(sorted(FLAGS | VALUED))})")
         else:
             theirs.append(arg)
         i += 1
@@ -81,20 +80,21 @@ def run_command(args) -> int:
     opts = parse_dfsio_args(theirs)
     target = parse_fs(ours.get("--fs", "posix:shared"), ours.get("--fsync", "none"))
     timeout = float(_int_option(ours, "--timeout", 600, 1, 86400))
+    store_options = [name for name in ("--transport", "--replication", "--block-size") if name in ours]
+    if target.kind != "blockstore" and store_options:
+        raise ConfigError("applies to --fs blockstore only", store_options[0])
+    transport = ours.get("--transport", "tcp")
+    block_size = parse_size(ours.get("--block-size", "128MB"), "--block-size")
     root = Path(ours.get("--workdir") or Path(tempfile.gettempdir()) / f"hpcnet-dfsio-{getpass.getuser()}")
     cluster = load_cluster(ours.get("--cluster", "local:4"), root, where="--cluster")
+    replication = _int_option(ours, "--replication", min(3, len(cluster.nodes)), 1, 3)
     with Launchers(cluster, root / "logs") as launchers:
         store = None
         try:
             if target.kind == "blockstore":
                 from ...reference.dfs.store import BlockStore
-                replication = _int_option(ours, "--replication", min(3, len(cluster.nodes)), 1, 3)
-                block_size = parse_size(ours.get("--block-size", "128MB"), "--block-size")
-                store = BlockStore(launchers, cluster, transport=ours.get("--transport", "tcp")).start()
+                store = BlockStore(launchers, cluster, transport=transport).start()
                 target.store = store.spec(replication=replication, block_size=block_size)
-            elif "--transport" in ours or "--replication" in ours or "--block-size" in ours:
-                raise ConfigError("--transport, --replication and --block-size apply to --fs blockstore",
-                                  "hpcnet dfsio")
             result = run_dfsio(opts, target, launchers, cluster, verify=bool(ours.get("--verify")),
                                timeout=timeout)
         finally:

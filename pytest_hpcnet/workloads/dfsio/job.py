@@ -30,20 +30,21 @@ class DfsioError(HpcnetError, RuntimeError):
 
 @dataclass
 class FsTarget:
-    """Where the files go. ``root`` for posix: a path, or "local" (each node's work dir) or "shared"
-    (the cluster's shared dir). ``store`` for the block store: ``BlockStore.spec()``."""
+    """Where the files go. ``root`` for posix: a path, or "local" (each node's own directory:
+    ``node_dirs[name]`` if given, else ``<work dir>/dfsio``) or "shared" (the cluster's shared dir).
+    ``store`` for the block store: ``BlockStore.spec()``."""
 
     kind: str
     root: str | None = None
     fsync: str = "none"
     store: dict | None = None
-    extra: dict = field(default_factory=dict)
+    node_dirs: dict = field(default_factory=dict)
 
     def spec_for(self, node, cluster) -> dict:
         if self.kind == "blockstore":
             return dict(self.store)
         if self.root == "local":
-            root = Path(node.workdir) / "dfsio"
+            root = Path(self.node_dirs.get(node.name) or Path(node.workdir) / "dfsio")
         elif self.root == "shared":
             if cluster.shared is None:
                 raise ConfigError(f"cluster {cluster.name} has no shared dir", "--fs posix:shared")
