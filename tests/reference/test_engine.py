@@ -238,3 +238,17 @@ def test_engine_start_reports_a_worker_that_cannot_start(tmp_path):
     with Launchers(cluster, tmp_path / "logs") as launchers:
         with pytest.raises(Exception):
             Engine(cluster, launchers, nodes=[bad], start_timeout=20).start()
+
+
+def test_worker_sorts_equal_the_reference_sorts_including_tied_keys():
+    from pytest_hpcnet.reference.mapreduce.engine.worker import merge_runs, sort_and_cut
+    rng = np.random.default_rng(3)
+    records = rng.integers(0, 256, size=(3000, 100), dtype=np.uint8)
+    records[::7, :8] = 42                      # many keys share their high 8 bytes
+    records[::21, :10] = 42                    # and some are equal outright (stability matters)
+    points = [bytes(records[i, :10]) for i in (5, 900, 2000)]
+    points.sort()
+    assert all((a == b).all() for a, b in zip(sort_and_cut(records, points, 4), ts.map_sort_partition(records, points)))
+    segments = [ts.sort_records(part) for part in np.array_split(records, 5)]
+    assert (merge_runs(segments) == ts.merge_segments(segments)).all()
+    assert merge_runs([]).shape == (0, 100) and len(sort_and_cut(records[:0], [], 3)) == 3

@@ -30,10 +30,36 @@ import numpy as np
 from . import protocol
 from .shuffle import FetchError, ShuffleServer, fetch_segments, read_segment, resolve, write_map_output
 from .. import randomwriter, sort as kvsort, teragen, teravalidate
-from ..records import RECORD_LENGTH, Split, part_name
-from ..terasort import map_sort_partition, merge_segments
+from ..partition import partition
+from ..records import RECORD_LENGTH, Split, key_columns, key_order, part_name
 
 HEARTBEAT_SECONDS = 0.5
+
+
+# The two sorts below give exactly terasort.map_sort_partition's and merge_segments' results (the stable
+# key order), faster: np.take instead of fancy indexing, and in the reduce a stable sort of the high key
+# bytes, which finds the map segments' sorted runs and merges them instead of sorting from scratch.
+
+def sort_and_cut(records: np.ndarray, split_points: list[bytes], reduces: int) -> list[np.ndarray]:
+    """A TeraSort map's output: one sorted segment per reduce (empty ones included)."""
+    ordered = np.take(records, key_order(records), axis=0) if len(records) > 1 else records
+    bounds = np.searchsorted(partition(ordered, split_points), np.arange(reduces + 1), side="left")
+    return [ordered[bounds[r]:bounds[r + 1]] for r in range(reduces)]
+
+
+def merge_runs(segments: list[np.ndarray]) -> np.ndarray:
+    """A TeraSort reduce: merge key-sorted segments into one key-sorted array (stable: map order)."""
+    if not segments:
+        return np.empty((0, RECORD_LENGTH), dtype=np.uint8)
+    records = np.concatenate(segments)
+    if len(records) < 2:
+        return records
+    hi, _ = key_columns(records)
+    order = np.argsort(hi, kind="stable")
+    ties = hi[order]
+    if np.any(ties[1:] == ties[:-1]):       # equal high 8 bytes: let key_order settle the low 2 bytes
+        order = key_order(records)
+    return np.take(records, order, axis=0)
 
 
 class Worker:
@@ -70,9 +96,8 @@ class Worker:
         t0 = time.perf_counter()
         records = Split(Path(path), start, length).read()
         t1 = time.perf_counter()
-        segments = map_sort_partition(records, [bytes.fromhex(k) for k in split_points])
-        # an empty sample gives no split points: the other partitions are empty, but they exist
-        segments += [records[:0]] * (reduces - len(segments))
+        # (an empty sample gives no split points: the other partitions are then empty, but exist)
+        segments = sort_and_cut(records, [bytes.fromhex(k) for k in split_points], reduces)
         t2 = time.perf_counter()
         sizes = write_map_output(self._map_base(root, out), segments)
         t3 = time.perf_counter()
@@ -110,7 +135,7 @@ class Worker:
     def op_terasort_reduce(self, reduce, sources, transport, direct, outdir):
         def merge(data):
             segs = [np.frombuffer(d, dtype=np.uint8).reshape(-1, RECORD_LENGTH) for d in data]
-            merged = merge_segments(segs)
+            merged = merge_runs(segs)
             return np.ascontiguousarray(merged).reshape(-1), len(merged)
         return self._reduce(reduce, sources, transport, direct, outdir, merge, "tera")
 
