@@ -20,7 +20,7 @@ def add_commands(subparsers) -> None:
 
     serve = sub.add_parser("serve", help="run an RPC server (echo + ping) until SIGINT/SIGTERM")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=0, help="0 picks a free port (default)")
+    serve.add_argument("--port", type=_port, default=0, help="0 picks a free port (default)")
     serve.add_argument("--transport", choices=sorted(TRANSPORTS), default="tcp")
     serve.add_argument("--buffers", choices=sorted(BUFFERS), default="pooled")
     serve.add_argument("--handlers", type=int, default=4)
@@ -37,6 +37,12 @@ def add_commands(subparsers) -> None:
     ping.add_argument("--buffers", choices=sorted(BUFFERS), default="pooled")
     ping.add_argument("--timeout", type=float, default=10.0, help="per-call timeout in seconds")
     ping.set_defaults(func=ping_command)
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {text!r}")
+    return int(text)
 
 
 def parse_address(text: str, where: str = "HOST:PORT") -> tuple[str, int]:

@@ -203,7 +203,7 @@ class TcpListener:
     def __init__(self, host: str, port: int, buffers: str, default_timeout: float):
         try:
             self._sock = socket.create_server((host, port), backlog=1024)
-        except OSError as e:
+        except (OSError, OverflowError, ValueError) as e:
             raise TransportError(f"cannot listen on {host}:{port}: {e}") from None
         self.address = self._sock.getsockname()[:2]
         self._buffers, self._default_timeout = buffers, default_timeout
@@ -239,6 +239,6 @@ class TcpTransport:
             sock = socket.create_connection(tuple(address), timeout=t)
         except socket.timeout:
             raise TransportTimeout(f"connecting to {address[0]}:{address[1]} timed out") from None
-        except OSError as e:
+        except (OSError, OverflowError, ValueError) as e:
             raise TransportClosed(f"cannot connect to {address[0]}:{address[1]}: {e}") from None
         return TcpConnection(sock, make_buffers(buffers), self.default_timeout)
