@@ -23,11 +23,19 @@ from .errors import RpcConnectionLost, RpcFatalError, RpcRemoteError, RpcTimeout
 E = wire.RpcResponseHeaderProto
 
 
+_thread_events = threading.local()
+
+
 class _Slot:
     __slots__ = ("event", "done", "header", "body", "error")
 
     def __init__(self):
-        self.event = threading.Event()
+        # A thread has one call in flight at a time, so it reuses one Event (saves building one per call).
+        event = getattr(_thread_events, "event", None)
+        if event is None:
+            event = _thread_events.event = threading.Event()
+        event.clear()
+        self.event = event
         self.done = False
         self.header = self.body = self.error = None
 
@@ -47,6 +55,7 @@ class RpcClient:
         self._lock = threading.Lock()
         self._read_lock = threading.Lock()
         self._broken: Exception | None = None
+        self._method_headers: dict[str, bytes] = {}   # serialized RequestHeaderProto per method
         try:
             self.conn = get_transport(transport).connect(self.address, timeout=connect_timeout,
                                                          buffers=buffers)
@@ -97,8 +106,11 @@ class RpcClient:
         with self._lock:
             self._pending[call_id] = slot
         try:
-            rh = wire.RequestHeaderProto(methodName=method, declaringClassProtocolName=self.protocol,
-                                         clientProtocolVersion=wire.PROTOCOL_VERSION)
+            rh = self._method_headers.get(method)
+            if rh is None:   # constant per method: serialize once
+                rh = self._method_headers[method] = wire.RequestHeaderProto(
+                    methodName=method, declaringClassProtocolName=self.protocol,
+                    clientProtocolVersion=wire.PROTOCOL_VERSION).SerializeToString()
             self._send(wire.delimited(wire.request_header(call_id, self.client_id), rh, request_bytes),
                        timeout)
             self._await(slot, deadline, method, timeout)
