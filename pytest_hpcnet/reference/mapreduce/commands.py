@@ -1,5 +1,7 @@
 """``hpcnet teragen|terasort|teravalidate|randomwriter|sort|sortvalidate``: the data tools by hand, with
-Hadoop's argument order. They run in this process (the ``--cluster`` option arrives with the engine).
+Hadoop's argument order. They run in this process, or with ``--cluster SPEC`` (``local:N`` or an
+inventory TOML) as jobs of the reference engine: a worker per node, started and stopped by the command
+(``--config`` picks the engine configuration of terasort and sort, e.g. ``transport=shm``).
 
 Exit status: 0 on success, 1 when a validation finds problems, 2 for bad input (one line on stderr).
 """
@@ -7,10 +9,14 @@ Exit status: 0 on success, 1 when a validation finds problems, 2 for bad input (
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import re
+import shutil
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from ...errors import ConfigError, HpcnetError
 
@@ -45,6 +51,25 @@ def _os_errors_as_hpcnet(func):
     return wrapper
 
 
+@contextlib.contextmanager
+def _engine(spec: str):
+    """An engine on the cluster ``spec`` for one command; every worker is stopped afterwards."""
+    from ...cluster import load_cluster
+    from ...cluster.pool import Launchers
+    from .engine.driver import Engine
+    tmp = Path(tempfile.mkdtemp(prefix="hpcnet-cluster-"))
+    try:
+        cluster = load_cluster(spec, root=tmp / "cluster", where="--cluster")
+        with Launchers(cluster, tmp / "logs") as launchers, Engine(cluster, launchers) as engine:
+            yield engine
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _phases(result) -> str:
+    return ", ".join(f"{k} {v:.2f} s" for k, v in result.phases.items())
+
+
 @_os_errors_as_hpcnet
 def cmd_teragen(args) -> int:
     from .teragen import teragen
@@ -52,11 +77,16 @@ def cmd_teragen(args) -> int:
     maps = parse_positive(args.maps, "--maps")
     start = parse_count(args.start, {}, "--start")
     t0 = time.perf_counter()
-    result = teragen(rows, args.outdir, maps=maps, start_row=start)
+    if args.cluster:
+        from .engine import jobs
+        with _engine(args.cluster) as engine:
+            checksum = jobs.teragen(engine, rows, args.outdir, maps=maps, start_row=start).details["checksum"]
+    else:
+        checksum = teragen(rows, args.outdir, maps=maps, start_row=start).checksum_hex
     dt = time.perf_counter() - t0
     rate = f", {rows / dt:,.0f} rows/s" if dt > 0 and rows else ""
     print(f"teragen: {rows} rows ({rows * 100 / 1e6:.1f} MB) in {maps} files under {args.outdir} "
-          f"in {dt:.2f} s{rate}; checksum {result.checksum_hex}")
+          f"in {dt:.2f} s{rate}; checksum {checksum}")
     return 0
 
 
@@ -65,9 +95,16 @@ def cmd_terasort(args) -> int:
     from .terasort import terasort
     reduces = parse_positive(args.reduces, "--reduces")
     t0 = time.perf_counter()
-    result = terasort(args.indir, args.outdir, reduces=reduces)
+    if args.cluster:
+        from .engine import jobs
+        with _engine(args.cluster) as engine:
+            result = jobs.terasort(engine, args.indir, args.outdir, reduces=reduces, config=args.config)
+        phases = f"{result.config}: {_phases(result)}"
+    else:
+        _no_config(args)
+        result = terasort(args.indir, args.outdir, reduces=reduces)
+        phases = ", ".join(f"{k} {v:.2f} s" for k, v in result.phase_seconds.items())
     dt = time.perf_counter() - t0
-    phases = ", ".join(f"{k} {v:.2f} s" for k, v in result.phase_seconds.items())
     print(f"terasort: {result.records} records into {reduces} files under {args.outdir} in {dt:.2f} s "
           f"({phases})")
     return 0
@@ -76,7 +113,12 @@ def cmd_terasort(args) -> int:
 @_os_errors_as_hpcnet
 def cmd_teravalidate(args) -> int:
     from .teravalidate import is_valid_report, teravalidate
-    lines = teravalidate(args.outdir, args.reportdir)
+    if args.cluster:
+        from .engine import jobs
+        with _engine(args.cluster) as engine:
+            lines = jobs.teravalidate(engine, args.outdir, args.reportdir).details["lines"]
+    else:
+        lines = teravalidate(args.outdir, args.reportdir)
     for line in lines:
         print(line)
     if not lines:
@@ -91,8 +133,15 @@ def cmd_randomwriter(args) -> int:
     total = parse_count(args.bytes, _HUMAN_BYTES, "--bytes")
     maps = parse_positive(args.maps, "--maps")
     seed = parse_count(args.seed, {}, "--seed")
-    result = randomwriter(args.outdir, total, maps=maps, seed=seed)
-    print(f"randomwriter: {result.records} records, {result.bytes} key+value bytes in {maps} files "
+    if args.cluster:
+        from .engine import jobs
+        with _engine(args.cluster) as engine:
+            job = jobs.randomwriter(engine, args.outdir, total, maps=maps, seed=seed)
+        records, nbytes = job.records, job.details["bytes"]
+    else:
+        result = randomwriter(args.outdir, total, maps=maps, seed=seed)
+        records, nbytes = result.records, result.bytes
+    print(f"randomwriter: {records} records, {nbytes} key+value bytes in {maps} files "
           f"under {args.outdir}")
     return 0
 
@@ -101,6 +150,14 @@ def cmd_randomwriter(args) -> int:
 def cmd_sort(args) -> int:
     from .sort import sort
     reduces = parse_positive(args.reduces, "--reduces")
+    if args.cluster:
+        from .engine import jobs
+        with _engine(args.cluster) as engine:
+            job = jobs.sort(engine, args.indir, args.outdir, reduces=reduces, config=args.config)
+        print(f"sort: {job.records} records into {reduces} files under {args.outdir} in {job.seconds:.2f} s "
+              f"({job.config}: {_phases(job)})")
+        return 0
+    _no_config(args)
     result = sort(args.indir, args.outdir, reduces=reduces)
     print(f"sort: {result.records} records into {reduces} files under {args.outdir}")
     return 0
@@ -115,10 +172,25 @@ def cmd_sortvalidate(args) -> int:
     return 0 if result.ok else 1
 
 
+def _no_config(args) -> None:
+    if args.config:
+        raise ConfigError("an engine configuration needs --cluster (without it the job runs in this process)",
+                          "--config")
+
+
 def add_commands(subparsers) -> None:
-    def add(name, func, help_text):
+    def add(name, func, help_text, engine_config=False, cluster=True):
         p = subparsers.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(func=func)
+        if not cluster:     # sortvalidate: a single-process check only
+            return p
+        p.add_argument("--cluster", default=None, metavar="SPEC",
+                       help="run as an engine job on this cluster: local:N or an inventory TOML "
+                            "(default: in this process)")
+        if engine_config:
+            p.add_argument("--config", default="", metavar="CFG",
+                           help="engine configuration with --cluster, e.g. transport=shm,intermediate=shared,"
+                                "shuffle=direct (default transport=tcp,intermediate=local,shuffle=fetch)")
         return p
 
     p = add("teragen", cmd_teragen, "Generate TeraSort input, byte-identical to Hadoop's TeraGen.")
@@ -127,7 +199,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--maps", default="1", metavar="M", help="number of map tasks / output files (default 1)")
     p.add_argument("--start", default="0", metavar="N", help="first row number (gensort -b; default 0)")
 
-    p = add("terasort", cmd_terasort, "Sort TeraGen data with the sampled total-order partitioner.")
+    p = add("terasort", cmd_terasort, "Sort TeraGen data with the sampled total-order partitioner.", True)
     p.add_argument("indir", metavar="INDIR")
     p.add_argument("outdir", metavar="OUTDIR", help="output directory (must not exist)")
     p.add_argument("--reduces", default="1", metavar="R", help="number of reduce tasks / output files")
@@ -143,12 +215,13 @@ def add_commands(subparsers) -> None:
     p.add_argument("--maps", default="1", metavar="M", help="number of map tasks / output files")
     p.add_argument("--seed", default="0", metavar="S", help="random seed (default 0)")
 
-    p = add("sort", cmd_sort, "Sort randomwriter data (hash-partitioned, each output file sorted).")
+    p = add("sort", cmd_sort, "Sort randomwriter data (hash-partitioned, each output file sorted).", True)
     p.add_argument("indir", metavar="INDIR")
     p.add_argument("outdir", metavar="OUTDIR", help="output directory (must not exist)")
     p.add_argument("--reduces", default="1", metavar="R", help="number of reduce tasks / output files")
 
-    p = add("sortvalidate", cmd_sortvalidate, "Check that sort output holds exactly the input, sorted.")
+    p = add("sortvalidate", cmd_sortvalidate, "Check that sort output holds exactly the input, sorted.",
+            cluster=False)
     p.add_argument("indir", metavar="INDIR", help="the sort's input")
     p.add_argument("outdir", metavar="OUTDIR", help="the sort's output")
 

@@ -24,6 +24,11 @@ from .config import EngineConfig, parse_config
 from .driver import Engine, JobResult
 
 
+def _absolute(path) -> Path:
+    """Workers run in their node's work dir: every path they get must be absolute."""
+    return Path(path).absolute()
+
+
 def _positive(value: int, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"must be a whole number >= 1, got {value!r}", where)
@@ -33,6 +38,7 @@ def _positive(value: int, where: str) -> int:
 def teragen(engine: Engine, rows: int, outdir: str | os.PathLike, maps: int = 1, start_row: int = 0) -> JobResult:
     """``rows`` TeraGen rows as ``maps`` files part-m-NNNNN; ``details["checksum"]`` is TeraValidate's."""
     _positive(maps, "teragen --maps")
+    outdir = _absolute(outdir)
     split_ranges(rows, maps, start_row)
     t0 = time.perf_counter()
     with committed_output(outdir, "teragen OUTDIR") as tmp:
@@ -48,6 +54,7 @@ def randomwriter(engine: Engine, outdir: str | os.PathLike, total_bytes: int, ma
                  seed: int = 0) -> JobResult:
     """RandomWriter's framed key/value files, one per map, the same bytes as the single-process tool."""
     _positive(maps, "randomwriter --maps")
+    outdir = _absolute(outdir)
     if total_bytes < 0:
         raise ConfigError(f"byte count must be >= 0, got {total_bytes}", "randomwriter --bytes")
     t0 = time.perf_counter()
@@ -75,6 +82,7 @@ def terasort(engine: Engine, indir: str | os.PathLike, outdir: str | os.PathLike
     """Sort TeraGen data into ``reduces`` totally ordered files (sampled partitioner, Hadoop's sampling)."""
     _positive(reduces, "terasort --reduces")
     config = parse_config(config)
+    indir, outdir = _absolute(indir), _absolute(outdir)
     files = input_files(indir, "terasort INDIR")
     if Path(outdir).exists():
         raise ConfigError(f"output directory {str(outdir)!r} already exists", "terasort OUTDIR")
@@ -100,6 +108,7 @@ def sort(engine: Engine, indir: str | os.PathLike, outdir: str | os.PathLike, re
     """Sort RandomWriter's files (one map per file, hash partitioner): each output file key-sorted."""
     _positive(reduces, "sort --reduces")
     config = parse_config(config)
+    indir, outdir = _absolute(indir), _absolute(outdir)
     files = input_files(indir, "sort INDIR")
     if Path(outdir).exists():
         raise ConfigError(f"output directory {str(outdir)!r} already exists", "sort OUTDIR")
@@ -117,6 +126,8 @@ def teravalidate(engine: Engine, outdir: str | os.PathLike,
                  reportdir: str | os.PathLike | None = None) -> JobResult:
     """One map per file (order check + checksum), the single reduce in the driver; ``details["lines"]``
     is the report, ``details["valid"]`` whether it is a lone checksum line."""
+    outdir = _absolute(outdir)
+    reportdir = _absolute(reportdir) if reportdir is not None else None
     files = input_files(outdir, "teravalidate OUTDIR")
     if reportdir is not None and Path(reportdir).exists():
         raise ConfigError(f"output directory {str(reportdir)!r} already exists", "teravalidate REPORTDIR")
