@@ -99,7 +99,7 @@ def pytest_testnodedown(node, error):
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
     hs = config.stash.get(_KEY, None)
-    if hs is None:
+    if hs is None or config.option.collectonly:
         return
     if hasattr(config, "workerinput"):
         config.workeroutput["hpcnet"] = hs.worker_output()
