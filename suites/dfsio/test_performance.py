@@ -1,0 +1,99 @@
+"""DFSIO performance per configuration, measured in paired rounds (baseline and candidate
+interleaved, see ``measure.run_paired``), and the claims on their ratios.
+
+Shapes are small for a 2-core CI box: one file per node (at most 4), 2 MB each, 512 KB blocks,
+replication 2; 12 paired rounds (the local claims' bounds leave a wide margin, so more rounds would
+only cost time). Throughput is TestDFSIO's "Throughput mb/sec" (MB over the sum of task I/O times).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_hpcnet.measure import measurement
+from pytest_hpcnet.reference.dfs.store import BlockStore
+from pytest_hpcnet.reference.transport import TRANSPORTS
+from pytest_hpcnet.workloads.dfsio import FsTarget, parse_dfsio_args, run_dfsio
+
+ROUNDS = 12
+SIZE = "2MB"
+BLOCK = 512 * 1024
+METRIC = "dfsio.write.throughput"
+
+
+def _write_opts(cluster):
+    return parse_dfsio_args(["-write", "-nrFiles", str(min(4, len(cluster.nodes))), "-size", SIZE])
+
+
+def _throughput(opts, target, launchers, cluster):
+    return run_dfsio(opts, target, launchers, cluster, write_res_file=False).throughput
+
+
+def _record(measure, paired, params, nodes):
+    for name, samples in ((paired.baseline_name, paired.baseline), (paired.candidate_name, paired.candidate)):
+        measure.record(measurement(METRIC, samples, unit="MB/s", direction="higher", config=name,
+                                   nodes=nodes, params=params))
+
+
+@pytest.fixture
+def stores(launchers, cluster, workdirs):
+    started = {}
+    try:
+        for transport in ("tcp", "shm"):
+            started[transport] = BlockStore(
+                launchers, cluster, transport=transport,
+                dirs={name: path / f"dfs-{transport}" for name, path in workdirs.items()}).start()
+        yield started
+    finally:
+        for store in started.values():
+            store.stop()
+
+
+def test_blockstore_pipeline_shm_vs_tcp(stores, launchers, cluster, measure, claim):
+    if len(cluster.nodes) < 2:
+        pytest.skip(f"a replication pipeline needs two nodes, cluster {cluster.source} has {len(cluster.nodes)}")
+    opts = _write_opts(cluster)
+    targets = {t: FsTarget("blockstore", store=s.spec(replication=2, block_size=BLOCK)) for t, s in stores.items()}
+    paired = measure.paired(
+        ("blockstore,transport=tcp,replication=2", lambda: _throughput(opts, targets["tcp"], launchers, cluster)),
+        ("blockstore,transport=shm,replication=2", lambda: _throughput(opts, targets["shm"], launchers, cluster)),
+        rounds=ROUNDS)
+    _record(measure, paired, {"nr_files": opts.nr_files, "size": SIZE, "block_size": BLOCK}, cluster.names)
+    claim("dfsio.local.blockstore.shm_vs_tcp.write", paired)
+
+
+def test_posix_fsync_close_vs_none(launchers, cluster, workdirs, measure, claim):
+    """What fsync-on-close costs on this disk: the figure a POSIX-target result must be read with."""
+    opts = _write_opts(cluster)
+    none = FsTarget("posix", root="local", fsync="none", node_dirs=workdirs)
+    close = FsTarget("posix", root="local", fsync="close", node_dirs=workdirs)
+    paired = measure.paired(("posix,fsync=close", lambda: _throughput(opts, close, launchers, cluster)),
+                            ("posix,fsync=none", lambda: _throughput(opts, none, launchers, cluster)),
+                            rounds=ROUNDS)
+    _record(measure, paired, {"nr_files": opts.nr_files, "size": SIZE}, cluster.names)
+    claim("dfsio.local.posix.no_fsync_vs_fsync_close.write", paired)
+
+
+@pytest.mark.edr
+@pytest.mark.power8
+def test_seed001_testdfsio_rdma_vs_ipoib(launchers, cluster, workdirs, measure, claim):
+    """Seed 001: TestDFSIO throughput 2.18x-2.26x with RDMA-IB vs IPoIB (100 Gbps), 5 datanodes,
+    60 maps, 256 MB blocks. Runs the block store over tcp on the IPoIB network against verbs."""
+    if "verbs" not in TRANSPORTS:
+        pytest.skip("the verbs transport is not implemented yet; this claim needs it as the candidate")
+    opts = parse_dfsio_args(["-write", "-nrFiles", "60", "-size", "1GB"])
+    stores = {}
+    try:
+        for transport in ("tcp", "verbs"):
+            stores[transport] = BlockStore(launchers, cluster, transport=transport, network="ib",
+                                           dirs={n: p / f"dfs-{transport}" for n, p in workdirs.items()}).start()
+        targets = {t: FsTarget("blockstore", store=s.spec(replication=3, block_size=256 << 20))
+                   for t, s in stores.items()}
+        paired = measure.paired(
+            ("transport=tcp,net=ib", lambda: _throughput(opts, targets["tcp"], launchers, cluster)),
+            ("transport=verbs", lambda: _throughput(opts, targets["verbs"], launchers, cluster)), rounds=3)
+    finally:
+        for store in stores.values():
+            store.stop()
+    _record(measure, paired, {"nr_files": 60, "size": "1GB", "block_size": 256 << 20}, cluster.names)
+    claim("dfsio.seed001.throughput.rdma_vs_ipoib", paired)
