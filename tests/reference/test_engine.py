@@ -19,7 +19,7 @@ from pytest_hpcnet.reference.mapreduce import randomwriter as rw, sort as kvsort
 from pytest_hpcnet.reference.mapreduce import terasort as ts, teravalidate as tv
 from pytest_hpcnet.reference.mapreduce.engine import jobs
 from pytest_hpcnet.reference.mapreduce.engine.driver import Engine, JobFailed
-from pytest_hpcnet.reference.mapreduce.engine.shuffle import ShuffleServer, write_map_output
+from pytest_hpcnet.reference.mapreduce.engine.shuffle import FetchError, ShuffleServer, fetch_from, write_map_output
 from pytest_hpcnet.reference.mapreduce.records import SUCCESS_MARKER, RecordFormatError
 from pytest_hpcnet.reference.transport import get_transport
 
@@ -228,6 +228,12 @@ def test_shuffle_server_answers_garbage_with_an_error_and_keeps_serving(tmp_path
             conn.send([json.dumps({"root": "local", "path": "job/map-00000", "reduce": r}).encode()], timeout=5)
             assert conn.recv(timeout=5).tobytes() == b"\x00" + want
         conn.close()
+        # what reducers do: one connection per node, one-sided gets where the transport has them
+        assert fetch_from(transport, server.address, "node0",
+                          [{"root": "local", "path": "job/map-00000", "reduce": r} for r in (2, 1, 0)]) == \
+            [b"defg", b"", b"abc"]
+        with pytest.raises(FetchError, match="shuffle server of node0: bad shuffle request"):
+            fetch_from(transport, server.address, "node0", [{"root": "local", "path": "nope", "reduce": 0}])
     finally:
         server.close()
 

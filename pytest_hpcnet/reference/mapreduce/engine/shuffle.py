@@ -7,7 +7,12 @@ so a reader never sees half a file and a re-run attempt never collides with a de
 
 The shuffle server (the ShuffleHandler role) listens on a transport (``tcp``, ``shm``) and answers
 requests ``{"root": "local"|"shared", "path": <map output path relative to the root>, "reduce": r}``
-with one message: a status byte (0 = ok) and the segment bytes, or status 1 and an error text. It only
+with one message: a status byte (0 = ok) and the segment bytes, or status 1 and an error text. On a
+transport with one-sided access (shm; verbs later) a request may add ``"one_sided": true``: the server
+then reads the segment into a registered region and replies status 2 with the region's descriptor, and
+the reducer ``get``s the bytes itself -- the RDMA-READ shape of the shuffle, one copy on each side
+instead of streaming through the message ring. The region lives until the reducer's next request or
+until it hangs up. It only
 reads map output under its own roots (no ``..``, no absolute paths), and a bad request gets an error
 reply while the server keeps serving everyone else.
 """
@@ -24,9 +29,10 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from ....errors import HpcnetError
-from ...transport import TransportClosed, TransportError, TransportTimeout, get_transport
+from ...transport import RemoteRegion, TransportClosed, TransportError, TransportTimeout, get_transport
 
-OK, ERROR = b"\x00", b"\x01"
+OK, ERROR, REGION = b"\x00", b"\x01", b"\x02"
+ONE_SIDED_TRANSPORTS = ("shm",)
 MAX_REQUEST = 64 * 1024
 DATA_SUFFIX, INDEX_SUFFIX = ".out", ".index"
 
@@ -59,17 +65,28 @@ def write_map_output(base: Path, segments: list) -> list[int]:
     return sizes
 
 
-def read_segment(base: Path, reduce: int) -> bytes:
-    """Segment ``reduce`` of the map output at ``base`` (the direct-read path and the server's)."""
+def segment_range(base: Path, reduce: int) -> tuple[Path, int, int]:
+    """(data file, offset, length) of segment ``reduce`` of the map output at ``base``."""
     index = np.fromfile(base.with_name(base.name + INDEX_SUFFIX), dtype="<i8")
     if not 0 <= reduce < len(index) - 1:
         raise FetchError(f"{base}: no segment {reduce} (map output has {len(index) - 1} segments)")
     start, end = int(index[reduce]), int(index[reduce + 1])
-    with open(base.with_name(base.name + DATA_SUFFIX), "rb") as f:
+    return base.with_name(base.name + DATA_SUFFIX), start, end - start
+
+
+def read_segment(base: Path, reduce: int, into: memoryview | None = None) -> bytes | None:
+    """Segment ``reduce`` of the map output at ``base`` (the direct-read path and the server's); with
+    ``into`` (a buffer of the segment's length) read into it and return None."""
+    path, start, length = segment_range(base, reduce)
+    with open(path, "rb") as f:
         f.seek(start)
-        data = f.read(end - start)
-    if len(data) != end - start:
-        raise FetchError(f"{base}: segment {reduce} is truncated ({len(data)} of {end - start} bytes)")
+        if into is None:
+            data = f.read(length)
+            got = len(data)
+        else:
+            data, got = None, f.readinto(into)
+    if got != length:
+        raise FetchError(f"{base}: segment {reduce} is truncated ({got} of {length} bytes)")
     return data
 
 
@@ -109,23 +126,37 @@ class ShuffleServer:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn) -> None:
+        regions = []                  # one-sided replies the reducer may still be reading
         try:
             while not self._stop.is_set():
                 try:
                     msg = conn.recv(timeout=1.0, max_length=MAX_REQUEST)
                 except TransportTimeout:
                     continue
+                for region in regions:    # a new request: the reducer is done with the last one
+                    region.close()
+                regions.clear()
                 try:
                     request = json.loads(bytes(msg.view))
                     msg.release()
                     base = resolve(self.roots, request["root"], request["path"])
-                    reply = [OK, read_segment(base, int(request["reduce"]))]
+                    reduce = int(request["reduce"])
+                    _, _, length = segment_range(base, reduce)
+                    if request.get("one_sided") and self.transport in ONE_SIDED_TRANSPORTS and length:
+                        region = conn.register(length)
+                        regions.append(region)
+                        read_segment(base, reduce, into=region.view)
+                        reply = [REGION, region.remote().to_bytes()]
+                    else:
+                        reply = [OK, read_segment(base, reduce)]
                 except (ValueError, KeyError, TypeError, OSError, FetchError) as e:
                     reply = [ERROR, f"bad shuffle request: {e}".encode()]
                 conn.send(reply, timeout=60)
         except TransportError:
             pass                      # the reducer went away (or sent an oversized frame)
         finally:
+            for region in regions:
+                region.close()
             conn.close()
 
     def close(self) -> None:
@@ -142,18 +173,23 @@ def fetch_from(transport: str, address, node: str, requests: list[dict], timeout
     except TransportError as e:
         raise FetchError(f"cannot reach the shuffle server of {node} at {address}: {e}", node) from None
     out = []
+    one_sided = transport in ONE_SIDED_TRANSPORTS
     try:
         for request in requests:
-            conn.send([json.dumps(request).encode()], timeout=timeout)
+            conn.send([json.dumps(dict(request, one_sided=one_sided)).encode()], timeout=timeout)
             msg = conn.recv(timeout=timeout)
             try:
                 status, body = bytes(msg.view[:1]), msg.view[1:]
-                if status != OK:
+                if status == REGION:
+                    remote = RemoteRegion.from_bytes(body)
+                    out.append(conn.get(remote, 0, remote.length, timeout=timeout))
+                elif status == OK:
+                    out.append(bytes(body))
+                else:
                     raise FetchError(f"shuffle server of {node}: {bytes(body).decode(errors='replace')}")
-                out.append(bytes(body))
             finally:
                 msg.release()
-    except (TransportClosed, TransportTimeout) as e:
+    except TransportError as e:
         raise FetchError(f"fetching from {node} failed: {e}", node) from None
     finally:
         conn.close()
