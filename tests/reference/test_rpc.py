@@ -45,6 +45,7 @@ def test_echo_and_ping(transport, buffers):
             c.ping()
             c.send_ping()   # callId -4: no response, connection stays usable
             assert c.echo(b"after ping") == b"after ping"
+            assert s.counters["pings"] == 1   # read before the echo that followed it
 
 
 def test_pooled_rpc_does_fewer_allocations_and_copies_per_call_than_naive():

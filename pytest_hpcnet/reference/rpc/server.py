@@ -154,6 +154,10 @@ class RpcServer:
         with self._lock:
             return len(self._conns)
 
+    def _count(self, what: str) -> None:
+        with self._lock:
+            self.counters[what] += 1
+
     def _closed(self, sc: _ServerConnection, reason: str) -> None:
         with self._lock:
             self._conns.discard(sc)
@@ -179,7 +183,7 @@ class RpcServer:
             self._spawn(self._read, "reader", (sc,), keep=False)
 
     def _fatal(self, sc: _ServerConnection, f: _Fatal) -> None:
-        self.counters["fatals"] += 1
+        self._count("fatals")
         header = E(callId=wire.response_call_id(f.call_id), status=wire.FATAL, serverIpcVersionNum=9,
                    exceptionClassName="org.apache.hadoop.ipc.RpcServerException", errorMsg=str(f),
                    errorDetail=f.code, clientId=sc.client_id)
@@ -259,7 +263,7 @@ class RpcServer:
         header = self._parse(wire.RpcRequestHeaderProto, header_bytes, E.FATAL_INVALID_RPC_HEADER)
         call_id = header.callId
         if call_id == wire.PING_CALL_ID:
-            self.counters["pings"] += 1
+            self._count("pings")
             return
         if header.rpcOp == wire.RpcRequestHeaderProto.RPC_CLOSE_CONNECTION:
             sc.close("client asked to close")
@@ -284,7 +288,7 @@ class RpcServer:
                         f"unknown method {rh.methodName} of {self.protocol}")
             return
         request = self._parse(method.request_type, body, E.FATAL_DESERIALIZING_REQUEST, call_id)
-        self.counters["calls"] += 1
+        self._count("calls")
         while sc.open:
             try:
                 self._calls.put(_Call(sc, call_id, header.retryCount, method, rh.methodName, request),
@@ -295,7 +299,7 @@ class RpcServer:
                     return
 
     def _error(self, sc, call_id, retry_count, code, class_name, message, in_handler=False) -> None:
-        self.counters["errors"] += 1
+        self._count("errors")
         header = E(callId=wire.response_call_id(call_id), status=wire.ERROR, serverIpcVersionNum=9,
                    exceptionClassName=class_name, errorMsg=message, errorDetail=code,
                    clientId=sc.client_id, retryCount=retry_count)
