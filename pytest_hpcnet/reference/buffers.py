@@ -11,7 +11,11 @@ Both count what they do so a test can prove the difference instead of assuming i
 ``pooled`` keeps pre-registered buffers in power-of-two size classes. The class handed out is chosen
 by message-size locality: the pool remembers the classes the last few messages needed and hands out
 the largest of them when it fits, so a stream of similar-sized messages keeps reusing one class
-instead of spreading over neighbours. Outgoing messages are sent as a gather list of memoryviews
+instead of spreading over neighbours. On receive, a transport posts a buffer of the predicted class
+*before* it knows the message size (``acquire_predicted``), so a message that fits arrives with one
+read -- length prefix and body together -- straight into the buffer the application gets a view of;
+only a misprediction (copy into a bigger buffer) or a pipelining peer (surplus carried to the next
+message) costs a counted copy. Outgoing messages are sent as a gather list of memoryviews
 (zero-copy framing). ``naive`` allocates a fresh buffer per received message, copies it out to
 ``bytes``, and joins the parts of every outgoing message into one new buffer, as Hadoop's default
 RPC does with its per-call byte arrays.
@@ -106,6 +110,7 @@ class PooledBuffers:
     """Pre-allocated power-of-two buffers reused by message-size locality; zero-copy framing."""
 
     name = "pooled"
+    read_ahead = True   # transports may post a predicted-size buffer before the size is known
 
     def __init__(self, preallocate: Sequence[int] = (64, 4096, 65536)):
         self.stats = BufferStats()
@@ -137,6 +142,31 @@ class PooledBuffers:
             else:
                 self.stats.pool_hits += 1
         return memoryview(buf)[:nbytes], lambda: self._give_back(buf)
+
+    def acquire_predicted(self, at_least: int = 0) -> tuple[memoryview, Callable[[], None]]:
+        """A whole buffer of the class recent messages needed (at least ``at_least`` bytes), for a
+        receive whose size is not known yet. Does not feed the predictor: ``record`` does, once the
+        real size is known."""
+        with self._lock:
+            cls = max(self.predicted_class() or MIN_CLASS, size_class(at_least))
+            if self._free[cls]:
+                buf = self._free[cls].pop()
+                self.stats.pool_hits += 1
+            else:
+                buf = bytearray(1 << cls)
+                self.stats.pool_misses += 1
+                self.stats.allocations += 1
+        return memoryview(buf), lambda: self._give_back(buf)
+
+    def record(self, nbytes: int) -> None:
+        """Feed the locality predictor with the size a message turned out to need."""
+        with self._lock:
+            self._recent.append(size_class(nbytes))
+
+    def count_copy(self, nbytes: int) -> None:
+        with self._lock:
+            self.stats.copies += 1
+            self.stats.bytes_copied += nbytes
 
     def _give_back(self, buf: bytearray) -> None:
         cls = size_class(len(buf))

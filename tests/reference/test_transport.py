@@ -6,6 +6,7 @@ import os
 import random
 import socket
 import threading
+import time
 
 import pytest
 
@@ -257,3 +258,32 @@ def test_both_transports_fill_the_connection_protocol(pair):
 
     client, server = pair()
     assert isinstance(client, Connection) and isinstance(server, Connection)
+
+
+@pytest.mark.parametrize("buffers", ["pooled", "naive"])
+def test_pipelined_messages_arrive_whole_and_in_order(pair, buffers):
+    client, server = pair(buffers=buffers)
+    rng = random.Random(3)
+    messages = [rng.randbytes(rng.choice([0, 5, 60, 700, 5000, 70_000])) for _ in range(200)]
+    stream = b"".join(len(m).to_bytes(4, "big") + m for m in messages)
+    sender = threading.Thread(target=lambda: client.send_raw(stream, timeout=20))
+    sender.start()   # many messages per read: the read-ahead must carry the surplus over
+    for m in messages:
+        got = server.recv(timeout=10)
+        assert bytes(got.view) == m
+        got.release()
+    sender.join(20)
+
+
+def test_pooled_read_ahead_takes_a_small_message_in_one_read(pair):
+    client, server = pair(buffers="pooled")
+    client.send([b"m" * 100])   # the first message teaches the predictor its size class
+    server.recv(timeout=5).release()
+    reads = []
+    inner = server._recv_into
+    server._recv_into = lambda view, deadline: reads.append(1) or inner(view, deadline)
+    for i in range(20):
+        client.send([b"m" * 100])
+        time.sleep(0.002)   # let the whole message land before the server reads
+        assert bytes(server.recv(timeout=5).view) == b"m" * 100
+    assert len(reads) == 20   # length and body together, one read per message
