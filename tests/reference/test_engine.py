@@ -258,3 +258,16 @@ def test_worker_sorts_equal_the_reference_sorts_including_tied_keys():
     segments = [ts.sort_records(part) for part in np.array_split(records, 5)]
     assert (merge_runs(segments) == ts.merge_segments(segments)).all()
     assert merge_runs([]).shape == (0, 100) and len(sort_and_cut(records[:0], [], 3)) == 3
+
+
+def test_a_job_past_its_timeout_fails_and_the_engine_stays_usable(tmp_path):
+    cluster = local_cluster(2, tmp_path / "c")
+    with Launchers(cluster, tmp_path / "logs") as launchers, Engine(cluster, launchers, job_timeout=0.3) as engine:
+        out = cluster.shared / "big"
+        with pytest.raises(JobFailed, match=r"did not finish within 0.3s"):
+            jobs.teragen(engine, 3_000_000, out, maps=1)
+        assert not out.exists()
+        engine.job_timeout = 60
+        result = jobs.teragen(engine, 1000, cluster.shared / "small", maps=2)   # the busy worker is dropped
+        assert result.details["checksum"] == tg.teragen(1000, tmp_path / "ref", maps=2).checksum_hex
+        assert len(engine.live_workers()) == 1

@@ -349,6 +349,11 @@ class Engine:
         return self._lose(w, reason)
 
     def _begin_job(self) -> None:
+        self._on_lost = None
+        for w in self.live_workers():
+            if w.task is not None:    # still busy with a task of a job that failed: its reply would confuse us
+                w.task = None
+                self._lose(w, "was still running a task of an earlier, failed job")
         self._lost_this_job = []
         self._deadline = time.monotonic() + self.job_timeout
 
