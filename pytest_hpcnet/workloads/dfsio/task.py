@@ -155,8 +155,7 @@ def main(argv=None) -> int:
     try:
         result = run_task(spec)
     except Exception as e:  # one line for the job driver to show, not a traceback
-        print(f"dfsio task {spec.get('name')} ({spec.get('op')}): {type(e).__name__}: {e}",
-              file=sys.stderr, flush=True)
+        print(f"{spec.get('op')}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         return 1
     print(json.dumps(result), flush=True)
     return 0
