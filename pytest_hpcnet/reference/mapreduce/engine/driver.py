@@ -171,7 +171,7 @@ class Engine:
                     if w is None or w.alive:
                         continue
                     pending.remove((sock, channel))
-                    sock.setblocking(False)
+                    sock.settimeout(30)   # reads happen only when select says so; sends may wait for space
                     w.sock, w.channel, w.shuffle = sock, channel, message["shuffle"]
                     w.alive, w.last_seen = True, time.monotonic()
                     self._selector.register(sock, selectors.EVENT_READ, w)
@@ -269,7 +269,7 @@ class Engine:
                                 f"({len(queue)} task(s) queued, {len(busy)} running)")
             alive = self.live_workers()
             if not alive:
-                last = next((t for t in [*queue, *busy] if t), None)
+                last = queue[-1] if queue else None
                 raise JobFailed("every engine worker was lost ("
                                 + "; ".join(f"{w.name}: {w.lost_reason}" for w in self.workers.values())
                                 + ")" + (f"; last error: {last.last_error}" if last and last.last_error else ""))
