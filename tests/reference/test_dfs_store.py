@@ -155,7 +155,12 @@ def test_garbage_on_a_datanode_connection_is_dropped_and_logged(store, client):
     if store.transport == "tcp":
         assert "exceeds the limit" in log
     assert proc.poll() is None
-    data = os.urandom(20_000)                              # and it keeps serving
+    meta = socket.create_connection(store.meta_address, timeout=5)   # the metadata service too
+    meta.sendall(struct.pack(">I", 5) + b"\x00\x00\x00\x01!")
+    assert meta.recv(10) == b""
+    meta.close()
+    assert store.meta.poll() is None
+    data = os.urandom(20_000)                              # and they keep serving
     _write(client, "/g/f", data)
     assert client.open("/g/f").read() == data
 
