@@ -90,6 +90,7 @@ def test_experiment_on_loopback_gives_three_scenarios_and_measurements(local3, t
     exp = scenarios.run_experiment(launchers, cluster.nodes, tmp_path / "out", rounds=100, repetitions=2,
                                    warmup=10, flows=2, level=7)
     assert all(len(exp.latencies_ms[s]) == 2 and len(exp.files[s]) == 2 for s in scenarios.SCENARIOS)
+    assert all(exp.default_level_mbit[s] == [] for s in scenarios.SCENARIOS)  # loopback: no tc counters
     ms = scenarios.measurements(exp, cluster.nodes, level=7, flows=2, rounds=100, link_rate=None,
                                 cluster=cluster.source)
     assert [(m.config, m.metric) for m in ms] == [(s, f"qjump.barrier.{stat}") for s in scenarios.SCENARIOS

@@ -21,7 +21,7 @@ from ..cluster.pool import Launchers, finish, wait_for_line
 from ..errors import ConfigError
 from ..measure import Measurement, summarize
 from .bsfile import read_bs
-from .levels import check_level
+from .levels import DEFAULT_LEVEL, check_level, class_counters, class_id
 
 SCENARIOS = ("alone", "interference", "qjump")
 METRIC = "qjump.barrier"
@@ -116,6 +116,9 @@ class Experiment:
 
     files: dict[str, list[list[Path]]] = field(default_factory=lambda: {s: [] for s in SCENARIOS})
     latencies_ms: dict[str, list[list[float]]] = field(default_factory=lambda: {s: [] for s in SCENARIOS})
+    # Mbit/s the default level (the bulk flows) sent per node while each repetition ran; only on netns
+    # nodes, whose egress classes count bytes. Shows whether the interference really filled the link.
+    default_level_mbit: dict[str, list[float]] = field(default_factory=lambda: {s: [] for s in SCENARIOS})
 
     def percentile_us(self, scenario: str, q: float) -> list[float]:
         """One value per repetition: the q-th percentile of that repetition's latencies, in µs."""
@@ -123,6 +126,21 @@ class Experiment:
 
     def pooled_us(self, scenario: str) -> list[float]:
         return [v * 1000.0 for r in self.latencies_ms[scenario] for v in r]
+
+
+def default_level_bytes(launchers: Launchers, nodes) -> int | None:
+    """Bytes sent so far in the default level's class, summed over the nodes; None off netns."""
+    if any(n.launcher != "netns" for n in nodes):
+        return None
+    total = 0
+    for node in nodes:
+        dev = node.extra["netns"].get("device", "eth0")
+        code, out, err = launchers.run(node, ["tc", "-s", "class", "show", "dev", dev], timeout=30)
+        counters = class_counters(out) if code == 0 else {}
+        if class_id(DEFAULT_LEVEL) not in counters:
+            return None  # not our layout (an inventory's own namespace): nothing to report
+        total += counters[class_id(DEFAULT_LEVEL)][0]
+    return total
 
 
 def run_experiment(launchers: Launchers, nodes, outdir: Path, *, rounds: int = 500, repetitions: int = 4,
@@ -135,10 +153,14 @@ def run_experiment(launchers: Launchers, nodes, outdir: Path, *, rounds: int = 5
     outdir = Path(outdir)
 
     def one(scenario: str, rep: int, run_level):
+        before, t0 = default_level_bytes(launchers, nodes), time.monotonic()
         files = run_barrier(launchers, nodes, outdir, f"{scenario}_{rep}", rounds=rounds, warmup=warmup,
                             level=run_level, size=size, network=network, prefix=prefix)
+        after, t1 = default_level_bytes(launchers, nodes), time.monotonic()
         exp.files[scenario].append(files)
         exp.latencies_ms[scenario].append(read_bs(files[0]))
+        if before is not None and after is not None:
+            exp.default_level_mbit[scenario].append((after - before) * 8 / (t1 - t0) / 1e6 / len(nodes))
 
     for rep in range(repetitions):
         one("alone", rep, None)
@@ -168,4 +190,10 @@ def measurements(exp: Experiment, nodes, *, level: int, flows: int, rounds: int,
             out.append(Measurement(metric=f"{METRIC}.{stat}", value=value, unit="us", direction="lower",
                                    samples=exp.percentile_us(scenario, q), config=scenario,
                                    nodes=tuple(n.name for n in nodes), params=dict(params), stats=pooled))
+        if exp.default_level_mbit[scenario]:
+            mbit = exp.default_level_mbit[scenario]
+            out.append(Measurement(metric="qjump.default_level.throughput", value=float(np.median(mbit)),
+                                   unit="Mbit/s", direction="higher", samples=list(mbit), config=scenario,
+                                   nodes=tuple(n.name for n in nodes), params=dict(params),
+                                   stats=summarize(mbit)))
     return out

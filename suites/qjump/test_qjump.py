@@ -95,6 +95,9 @@ def test_three_scenarios_are_measured(qjump_run, measure):
     by = {(m.config, m.metric.rsplit(".", 1)[1]): m for m in ms}
     for scenario in scenarios.SCENARIOS:
         assert 0 < by[scenario, "p50"].value <= by[scenario, "p99"].value <= by[scenario, "p99_9"].value
+    # the bulk flows really ran: the default level carried far more while they did than without them
+    busy, quiet = by["interference", "throughput"].value, by["alone", "throughput"].value
+    assert busy > 10 * max(quiet, 0.01), f"default level sent {busy:.3g} Mbit/s per node with bulk flows"
 
 
 def test_interference_raises_the_tail(qjump_run, claim):
