@@ -122,12 +122,14 @@ def calls_per_second(path: str, address, clients: int, seconds: float, size: int
     """Aggregate echo calls/s of ``clients`` client processes, each with its own connection."""
     procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "_client", path, address[0],
                                str(address[1]), str(seconds), str(size)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                              start_new_session=True) for _ in range(clients)]
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True) for _ in range(clients)]
     try:
         for p in procs:
             if p.stdout.readline().strip() != "ready":
-                raise RuntimeError("throughput client failed to start")
+                p.kill()
+                last = (p.stderr.read().strip().splitlines() or ["(no output)"])[-1]
+                raise RuntimeError(f"{path} throughput client failed to start: {last}")
         for p in procs:
             p.stdin.write("go\n")
             p.stdin.flush()

@@ -287,3 +287,35 @@ def test_pooled_read_ahead_takes_a_small_message_in_one_read(pair):
         time.sleep(0.002)   # let the whole message land before the server reads
         assert bytes(server.recv(timeout=5).view) == b"m" * 100
     assert len(reads) == 20   # length and body together, one read per message
+
+
+def test_shm_handshake_does_not_inherit_a_short_accept_timeout():
+    """A server polls accept with short timeouts; a client arriving late in one must still connect."""
+    t = get_transport("shm")
+    listener = t.listen("127.0.0.1", 0)
+    accepted, stop = [], threading.Event()
+
+    def accept_loop():
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept(timeout=0.003))
+            except TransportTimeout:
+                pass
+    th = threading.Thread(target=accept_loop)
+    th.start()
+    clients = []
+    try:
+        for i in range(30):
+            time.sleep(0.001 * (i % 4))
+            clients.append(t.connect(listener.address, timeout=10))
+            clients[-1].send([b"%d" % i])
+        deadline = time.monotonic() + 10
+        while len(accepted) < 30 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(int(bytes(c.recv(timeout=5).view)) for c in accepted) == list(range(30))
+    finally:
+        stop.set()
+        th.join(10)
+        for c in clients + accepted:
+            c.close()
+        listener.close()
