@@ -22,7 +22,7 @@ run: setup
 	$(PY) -m pytest $(SUITES) -p no:cacheprovider $(PYTEST_ARGS)
 
 test: setup
-	$(PY) -m pytest $(TESTS) -p no:cacheprovider -n 2 $(PYTEST_ARGS)
+	$(PY) -m pytest $(TESTS) -p no:cacheprovider -n 2 --dist loadfile $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .hpcnet .pytest_cache build *.egg-info
