@@ -1,0 +1,241 @@
+"""Shared helpers for the asv benchmarks: clusters, claims, small-scale workloads, lower-is-better ratios.
+
+A *workload* here is a function decorated with ``@workload`` that runs one of the suites' workload
+functions at a small scale and returns its ``Measurement``s. The decorator turns it into an asv
+``setup_cache``: asv runs it once per benchmark run (in its own process), stores what it returned, and
+hands that to every benchmark that names it. A workload that cannot run on this machine raises
+``Unavailable``; the benchmarks that need it are then skipped with that reason instead of failing.
+
+asv flags an *upward* step in a tracked value as a regression. ``lower_is_better`` therefore turns
+each claim's quantity into a number for which lower is better: a "higher is better" ratio is tracked
+as its inverse, a reduction as the remaining fraction 1 - reduction = candidate/baseline.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from pytest_hpcnet.claims import Claim, load_claims
+from pytest_hpcnet.measure import Measurement, measurement, ratio_ci
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Unavailable(Exception):
+    """This machine cannot run the workload (missing privilege, tool or hardware); the reason says which."""
+
+
+def suite_claims() -> dict[str, Claim]:
+    """Every claim in ``suites/*/claims.toml``, by id."""
+    return load_claims(sorted(REPO.glob("suites/*/claims.toml")))
+
+
+# --- workloads as asv setup_cache functions ---------------------------------------------------------
+
+def workload(fn):
+    """Make ``fn() -> list[Measurement]`` an asv ``setup_cache``: it returns plain data asv can pickle,
+    ``{"measurements": [...]}`` or ``{"unavailable": reason}``.
+
+    ``functools.wraps`` matters: asv keys a setup cache by the module and source line of the function,
+    which it reads through ``__wrapped__``, so every decorated workload gets its own cache."""
+    @functools.wraps(fn)
+    def setup_cache():
+        try:
+            return {"measurements": [m.to_json() for m in fn()]}
+        except Unavailable as e:
+            return {"unavailable": str(e)}
+    setup_cache.timeout = getattr(fn, "timeout", 600)
+    return setup_cache
+
+
+def measurements_of(cache: dict) -> list[Measurement]:
+    """The measurements a workload's cache holds; NotImplementedError (asv's "skip") if it could not run."""
+    if "unavailable" in cache:
+        raise NotImplementedError(cache["unavailable"])
+    return [Measurement.from_json(m) for m in cache["measurements"]]
+
+
+def samples_for(measurements: list[Measurement], metric: str, config: str) -> list[float]:
+    found = [m for m in measurements if m.metric == metric and m.config == config]
+    if len(found) != 1:
+        have = sorted({(m.metric, m.config) for m in measurements})
+        raise ValueError(f"expected one measurement of {metric} [{config}], found {len(found)}; have {have}")
+    return found[0].samples
+
+
+# --- claims as lower-is-better numbers ----------------------------------------------------------------
+
+def lower_is_better_form(claim: Claim) -> tuple[str, str]:
+    """(name suffix, asv unit) of the number tracked for ``claim``; lower is better for every form."""
+    base, cand = claim.baseline, claim.candidate
+    if claim.kind == "absolute":
+        return ("value", f"{claim.metric} (lower is better)") if claim.direction == "lower" else \
+            ("inverse_value", f"1/{claim.metric} (lower is better)")
+    if claim.kind == "ratio" and claim.direction == "higher":
+        return "inverse_ratio", f"ratio {base} / {cand} (lower is better)"
+    if claim.kind == "reduction" and claim.direction == "lower":
+        return "reduction", f"reduction 1 - {cand} / {base} (lower is better)"
+    # a ratio that should stay low, or a reduction that should stay high: track candidate/baseline
+    return "ratio", f"ratio {cand} / {base} (lower is better)"
+
+
+def lower_is_better(claim: Claim, measurements: list[Measurement]) -> float:
+    """The claim's quantity from paired samples, oriented so that lower is better (see the form)."""
+    form, _ = lower_is_better_form(claim)
+    cand = samples_for(measurements, claim.metric, claim.candidate)
+    if claim.kind == "absolute":
+        value = float(np.median(cand))
+        return value if form == "value" else 1.0 / value
+    ratio = ratio_ci(samples_for(measurements, claim.metric, claim.baseline), cand).ratio  # cand / base
+    return {"ratio": ratio, "inverse_ratio": 1.0 / ratio, "reduction": 1.0 - ratio}[form]
+
+
+def benchmark_name(claim: Claim) -> str:
+    """``track_<claim id>__<form>_lower_is_better`` with the id's dots and dashes as underscores."""
+    ident = "".join(c if c.isalnum() else "_" for c in claim.id).lower()
+    return f"track_{ident}__{lower_is_better_form(claim)[0]}_lower_is_better"
+
+
+# --- clusters -----------------------------------------------------------------------------------------
+
+@contextmanager
+def local_launchers(n: int):
+    """(cluster, launchers) for ``local:n`` in a temporary directory; every process is killed after."""
+    from pytest_hpcnet.cluster import local_cluster
+    from pytest_hpcnet.cluster.pool import Launchers
+
+    with tempfile.TemporaryDirectory(prefix="hpcnet-asv-") as tmp:
+        cluster = local_cluster(n, Path(tmp) / "cluster")
+        launchers = Launchers(cluster, Path(tmp) / "logs")
+        try:
+            yield cluster, launchers
+        finally:
+            launchers.close()
+
+
+# --- small-scale workloads ----------------------------------------------------------------------------
+
+RPC_SIZE = 64
+RPC_ROUNDS = 7          # interleaved rounds; each path's sample in a round is the median of RPC_CALLS calls
+RPC_CALLS = 200
+RPC_WARMUP = 100
+
+
+def _floor_pinger(host: str, port: int):
+    import socket
+    import struct
+
+    sock = socket.create_connection((host, port), timeout=30)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    message = struct.pack(">I", RPC_SIZE) + bytes(RPC_SIZE)
+    reply = memoryview(bytearray(4 + RPC_SIZE))
+
+    def once():
+        sock.sendall(message)
+        got = 0
+        while got < len(reply):
+            n = sock.recv_into(reply[got:])
+            if n == 0:
+                raise ConnectionError("socket floor server closed the connection")
+            got += n
+    return once, sock.close
+
+
+def _rpc_pinger(host: str, port: int, transport: str):
+    from pytest_hpcnet.reference.rpc.client import RpcClient
+
+    client = RpcClient((host, port), transport=transport, timeout=30)
+    payload = bytes(RPC_SIZE)
+    return (lambda: client.echo(payload)), client.close
+
+
+@workload
+def rpc_small() -> list[Measurement]:
+    """Round-trip time of a 64-byte echo: raw TCP socket floor vs reference RPC over tcp and over shm.
+
+    Servers run in their own processes on a local:1 node; the clients run here. The three paths are
+    measured in interleaved rounds (floor, tcp, shm, floor, ...) so drift hits all alike; a round's
+    sample is the median of ``RPC_CALLS`` calls, in µs. Metric ``rpc.echo.rtt``, configs
+    ``socket-floor``, ``transport=tcp``, ``transport=shm``."""
+    from pytest_hpcnet.cluster.pool import wait_for_line
+
+    with local_launchers(1) as (cluster, launchers):
+        node = cluster.nodes[0]
+        host = node.address("eth")
+        floor = launchers.start(node, [sys.executable, "-m", "pytest_hpcnet.workloads.socket_floor", "serve",
+                                       "--host", host, "--port", "0"])
+        ports = {"socket-floor": int(wait_for_line(floor, r"^listening \S+ (\d+)$").group(1))}
+        for transport in ("tcp", "shm"):
+            srv = launchers.start(node, [sys.executable, "-m", "pytest_hpcnet.reference.rpc.cli", "serve",
+                                         "--host", host, "--port", "0", "--transport", transport])
+            ports[f"transport={transport}"] = int(wait_for_line(srv, r"^listening on \S+ \S+:(\d+) ").group(1))
+        pingers = {"socket-floor": _floor_pinger(host, ports["socket-floor"])}
+        for transport in ("tcp", "shm"):
+            pingers[f"transport={transport}"] = _rpc_pinger(host, ports[f"transport={transport}"], transport)
+        try:
+            for once, _ in pingers.values():
+                for _ in range(RPC_WARMUP):
+                    once()
+            samples: dict[str, list[float]] = {name: [] for name in pingers}
+            for _ in range(RPC_ROUNDS):
+                for name, (once, _) in pingers.items():
+                    times = []
+                    for _ in range(RPC_CALLS):
+                        t0 = time.perf_counter_ns()
+                        once()
+                        times.append((time.perf_counter_ns() - t0) / 1000.0)
+                    samples[name].append(float(np.median(times)))
+        finally:
+            for _, close in pingers.values():
+                close()
+    return [measurement("rpc.echo.rtt", s, unit="us", direction="lower", config=name, nodes=(node.name,),
+                        params={"size": RPC_SIZE, "calls_per_round": RPC_CALLS, "round_trip": True})
+            for name, s in samples.items()]
+
+
+# The QJump suite's set-up (suites/qjump/test_qjump.py) at a smaller scale: fewer rounds and repetitions.
+QJUMP_NODES = 4
+QJUMP_LINK_RATE = "200mbit"
+QJUMP_LEVEL = 7
+QJUMP_FLOWS = 4
+QJUMP_ROUNDS = 150
+QJUMP_REPETITIONS = 3
+QJUMP_WARMUP = 50
+
+
+@workload
+def qjump_small() -> list[Measurement]:
+    """Barrier-sync latency alone / under bulk interference / at QJump level 7 on a netns:4 cluster."""
+    from pytest_hpcnet.cluster import netns
+    from pytest_hpcnet.cluster.pool import Launchers
+    from pytest_hpcnet.qjump import scenarios
+    from pytest_hpcnet.qjump.levels import QJumpParams
+
+    if not netns.available():
+        raise Unavailable(f"netns cluster: {netns.NEEDS_ROOT}")
+    params = QJumpParams(bytesq=256, timeq=20, rates=(100, 1, 1, 1, 1, 1, 1, 1))
+    prefix = ("chrt", "-f", "10") if shutil.which("chrt") else ()
+    with tempfile.TemporaryDirectory(prefix="hpcnet-asv-qjump-") as tmp:
+        cluster = netns.netns_cluster(QJUMP_NODES, Path(tmp) / "cluster", link_rate=QJUMP_LINK_RATE,
+                                      qjump=params)
+        launchers = Launchers(cluster, Path(tmp) / "logs")
+        try:
+            exp = scenarios.run_experiment(launchers, cluster.nodes, Path(tmp) / "bs", rounds=QJUMP_ROUNDS,
+                                           repetitions=QJUMP_REPETITIONS, warmup=QJUMP_WARMUP,
+                                           flows=QJUMP_FLOWS, level=QJUMP_LEVEL, prefix=prefix)
+            return scenarios.measurements(exp, cluster.nodes, level=QJUMP_LEVEL, flows=QJUMP_FLOWS,
+                                          rounds=QJUMP_ROUNDS, link_rate=QJUMP_LINK_RATE,
+                                          cluster=cluster.source)
+        finally:
+            try:
+                launchers.close()
+            finally:
+                netns.teardown(cluster)

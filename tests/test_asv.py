@@ -1,0 +1,115 @@
+"""asv on a fresh clone: `asv run --python=same --quick` then `asv publish` succeed and the site lists
+every benchmark, with one lower-is-better track_ per claim in benchmarks/bench_claims.py.
+
+The clone gets the working tree's asv.conf.json and benchmarks/ copied over it, so uncommitted benchmark
+edits are what is tested. asv keeps its machine description in ~/.asv-machine.json: the runs get a
+temporary HOME and `asv machine --yes`, so nothing depends on (or changes) the user's own file.
+`--set-commit-hash HEAD` is what makes asv save results from an existing environment (--python=same);
+without it a run is checked but not recorded, and the site would have no values to show.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_hpcnet.report import asv_site
+
+REPO = Path(__file__).resolve().parents[1]
+ASV_TIMEOUT = 600
+# Which benchmarks the full-run test runs (asv --bench, a regex searched in each name). Every benchmark
+# is still discovered and listed on the site; the run skips the 1 GB TeraSort ones, which alone took
+# ~4.5 of 7 minutes on a loaded 2-core box with --quick. HPCNET_ASV_BENCH=. runs everything.
+DEFAULT_BENCH = r"^(?!bench_terasort\.)"
+
+
+def asv_executable() -> str | None:
+    return shutil.which("asv", path=str(Path(sys.executable).parent)) or shutil.which("asv")
+
+
+def require_asv_and_git() -> str:
+    asv = asv_executable()
+    if asv is None:
+        pytest.skip("asv is not installed (pip install asv==0.6.6)")
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip(f"needs git and a git checkout at {REPO} to clone")
+    return asv
+
+
+def fresh_clone(dest: Path) -> Path:
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(dest)], check=True,
+                   capture_output=True, timeout=120)
+    shutil.copyfile(REPO / "asv.conf.json", dest / "asv.conf.json")
+    shutil.rmtree(dest / "benchmarks", ignore_errors=True)
+    shutil.copytree(REPO / "benchmarks", dest / "benchmarks", ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def run_asv(asv: str, clone: Path, home: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOME": str(home)}
+    return subprocess.run([asv, *args], cwd=clone, env=env, capture_output=True, text=True,
+                          timeout=ASV_TIMEOUT, stdin=subprocess.DEVNULL)
+
+
+def publish_site(tmp: Path, bench: str | None = None) -> tuple[Path, Path, str]:
+    """Clone, run every benchmark once (or those matching ``bench``), publish; (clone, html dir, run log).
+
+    The site's CDN libraries are replaced by local copies when they have been fetched
+    (`hpcnet asv-site fetch`); otherwise the site is left as asv wrote it."""
+    asv = require_asv_and_git()
+    clone, home = fresh_clone(tmp / "clone"), tmp / "home"
+    home.mkdir()
+    machine = run_asv(asv, clone, home, "machine", "--yes")
+    assert machine.returncode == 0, machine.stdout + machine.stderr
+    args = ["run", "--python=same", "--quick", "--set-commit-hash", "HEAD", "--show-stderr"]
+    run = run_asv(asv, clone, home, *args, *(["--bench", bench] if bench else []))
+    assert run.returncode == 0, f"asv {' '.join(args)} failed ({run.returncode}):\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
+    publish = run_asv(asv, clone, home, "publish")
+    assert publish.returncode == 0, publish.stdout + publish.stderr
+    html = clone / ".asv" / "html"
+    if not asv_site.missing_assets(asv_site.default_assets_dir()):
+        asv_site.localize(html)
+    return clone, html, run.stdout
+
+
+def test_asv_run_and_publish_on_a_fresh_clone(tmp_path):
+    clone, html, log = publish_site(tmp_path, os.environ.get("HPCNET_ASV_BENCH", DEFAULT_BENCH))
+    assert (html / "index.html").is_file()
+    discovered = json.loads((clone / ".asv" / "results" / "benchmarks.json").read_text())
+    discovered.pop("version", None)
+    index = json.loads((html / "index.json").read_text())
+    assert discovered and set(index["benchmarks"]) == set(discovered)   # the site lists every benchmark
+
+    sys.path.insert(0, str(clone))
+    try:
+        from benchmarks import bench_claims
+    finally:
+        sys.path.remove(str(clone))
+    tracks = {f"bench_claims.{name}" for name in dir(bench_claims) if name.startswith("track_")}
+    assert len(tracks) == len(bench_claims.TRACKED)
+    assert tracks <= set(discovered)
+    for name in tracks:
+        assert name.endswith("_lower_is_better") and "(lower is better)" in discovered[name]["unit"]
+
+    # this commit's results hold a number for every tracked claim whose workload can run here
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True).stdout.strip()
+    result_files = [p for p in (clone / ".asv" / "results").glob("*/*.json")
+                    if p.name != "machine.json" and json.loads(p.read_text()).get("commit_hash") == head]
+    assert len(result_files) == 1, result_files
+    results = json.loads(result_files[0].read_text())["results"]
+    def value(name):   # result column 0: one value per parameter combination; None/NaN = failed/skipped
+        values = (results.get(name) or [None])[0] or [None]
+        return values[0] if values[0] is not None and values[0] == values[0] else None
+
+    measured = {name for name in tracks if value(name) is not None}
+    assert all(value(name) > 0 for name in measured)
+    assert "bench_claims.track_rpc_local_tcp_vs_socket_floor__ratio_lower_is_better" in measured
+    skipped = tracks - measured
+    for name in skipped:    # a workload that cannot run here is skipped with its reason, never faked
+        assert "qjump" in name and "netns" in log
