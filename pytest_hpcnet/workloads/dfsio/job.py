@@ -134,7 +134,9 @@ def _run_tasks(launchers, specs, timeout: float) -> list[dict]:
             if code != 0:
                 line = (err.strip().splitlines() or [f"exit status {code}"])[-1]
                 raise DfsioError(f"task {spec['name']} on {proc.node.name} failed: {line}")
-            results.append(json.loads(out.strip().splitlines()[-1]))
+            report = json.loads(out.strip().splitlines()[-1])
+            report["node"] = proc.node.name      # where we launched it (launchers need not set HPCNET_NODE)
+            results.append(report)
         return results
     finally:
         for _, proc in procs:
