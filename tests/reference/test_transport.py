@@ -319,3 +319,18 @@ def test_shm_handshake_does_not_inherit_a_short_accept_timeout():
         for c in clients + accepted:
             c.close()
         listener.close()
+
+
+def test_shm_put_refuses_a_forged_region_descriptor():
+    from pytest_hpcnet.reference.transport import TransportError
+
+    t = get_transport("shm")
+    listener = t.listen("127.0.0.1", 0)
+    client = t.connect(listener.address, timeout=10)
+    server = listener.accept(timeout=10)
+    try:
+        forged = RemoteRegion("shm", "/dev/shm/hpcnet-region-../../etc/passwd", "../../etc/passwd", 10)
+        with pytest.raises(TransportError, match="not an shm region"):
+            client.put(forged, 0, b"x")
+    finally:
+        client.close(), server.close(), listener.close()

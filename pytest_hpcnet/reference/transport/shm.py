@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import re
 import secrets
 import select
 import socket
@@ -257,7 +258,8 @@ class ShmConnection(StreamConnection):
     def _map(self, remote: RemoteRegion) -> memoryview:
         if remote.key not in self._maps:
             path = os.path.join(SHM_DIR, REGION_PREFIX + remote.key)
-            if os.path.realpath(path) != path or remote.address != path:
+            # the key names a file: accept only what register() makes, so no path can be smuggled in
+            if not re.fullmatch(r"[0-9a-f]{16}", remote.key) or remote.address != path:
                 raise TransportError(f"region {remote.key!r} is not an shm region of this host")
             try:
                 fd = os.open(path, os.O_RDWR)
