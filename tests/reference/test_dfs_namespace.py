@@ -3,10 +3,9 @@
 import pytest
 
 from pytest_hpcnet.reference.dfs.blockfiles import BlockDir
-from pytest_hpcnet.reference.dfs.errors import DfsError, NoSuchFile
+from pytest_hpcnet.reference.dfs.errors import ChecksumError, DfsError, NoSuchFile, ProtocolError
 from pytest_hpcnet.reference.dfs.namespace import Namespace
-from pytest_hpcnet.reference.dfs.wire import ChecksumError, chunk_crcs, decode, encode, verify_chunks
-from pytest_hpcnet.reference.dfs.errors import ProtocolError
+from pytest_hpcnet.reference.dfs.wire import chunk_crcs, decode, encode, verify_chunks
 
 
 def _ns(tmp_path, n=4):

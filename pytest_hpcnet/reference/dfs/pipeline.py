@@ -15,7 +15,7 @@ import collections
 import threading
 
 from ..transport import TransportError
-from .errors import DfsError, DfsWriteError, ProtocolError
+from .errors import DfsWriteError, ProtocolError
 from .wire import MAX_MESSAGE, chunk_crcs, decode, encode
 
 WINDOW = 16
@@ -247,5 +247,3 @@ class DfsOutputStream:
             except _PipelineFailure as again:
                 failure = again
 
-
-__all__ = ["DfsOutputStream", "DfsError"]

@@ -16,7 +16,6 @@ job and stops them; the store's state stays in the node dirs for the next comman
 
 from __future__ import annotations
 
-import argparse
 import getpass
 import os
 import sys
