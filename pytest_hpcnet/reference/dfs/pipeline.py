@@ -246,4 +246,3 @@ class DfsOutputStream:
                 return
             except _PipelineFailure as again:
                 failure = again
-
