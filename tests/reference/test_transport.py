@@ -326,8 +326,12 @@ def test_shm_put_refuses_a_forged_region_descriptor():
 
     t = get_transport("shm")
     listener = t.listen("127.0.0.1", 0)
+    got = {}
+    th = threading.Thread(target=lambda: got.setdefault("s", listener.accept(timeout=10)))
+    th.start()   # the shm handshake needs the server side to accept while the client connects
     client = t.connect(listener.address, timeout=10)
-    server = listener.accept(timeout=10)
+    th.join(10)
+    server = got["s"]
     try:
         forged = RemoteRegion("shm", "/dev/shm/hpcnet-region-../../etc/passwd", "../../etc/passwd", 10)
         with pytest.raises(TransportError, match="not an shm region"):
