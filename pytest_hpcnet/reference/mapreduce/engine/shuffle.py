@@ -9,10 +9,12 @@ The shuffle server (the ShuffleHandler role) listens on a transport (``tcp``, ``
 requests ``{"root": "local"|"shared", "path": <map output path relative to the root>, "reduce": r}``
 with one message: a status byte (0 = ok) and the segment bytes, or status 1 and an error text. On a
 transport with one-sided access (shm; verbs later) a request may add ``"one_sided": true``: the server
-then reads the segment into a registered region and replies status 2 with the region's descriptor, and
-the reducer ``get``s the bytes itself -- the RDMA-READ shape of the shuffle, one copy on each side
-instead of streaming through the message ring. The region lives until the reducer's next request or
-until it hangs up. It only
+then reads the segment into a registered region and replies status 2 with the region's descriptor and
+the segment's size, and the reducer ``get``s the bytes itself -- the RDMA-READ shape of the shuffle,
+one copy on each side instead of streaming through the message ring. Each connection has one region,
+reused (and grown) for its next replies, since setting up and mapping fresh shared memory per segment
+costs more than the copy; the reducer asks again only after reading, and the region goes with the
+connection. It only
 reads map output under its own roots (no ``..``, no absolute paths), and a bad request gets an error
 reply while the server keeps serving everyone else.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import asdict
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +36,7 @@ from ...transport import RemoteRegion, TransportClosed, TransportError, Transpor
 
 OK, ERROR, REGION = b"\x00", b"\x01", b"\x02"
 ONE_SIDED_TRANSPORTS = ("shm",)
+MIN_REGION = 1 << 20
 MAX_REQUEST = 64 * 1024
 DATA_SUFFIX, INDEX_SUFFIX = ".out", ".index"
 
@@ -126,16 +130,13 @@ class ShuffleServer:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn) -> None:
-        regions = []                  # one-sided replies the reducer may still be reading
-        try:
+        region = None      # one-sided replies go through one region per connection, grown as needed and
+        try:               # reused: the reducer asks again only after it has read the last reply
             while not self._stop.is_set():
                 try:
                     msg = conn.recv(timeout=1.0, max_length=MAX_REQUEST)
                 except TransportTimeout:
                     continue
-                for region in regions:    # a new request: the reducer is done with the last one
-                    region.close()
-                regions.clear()
                 try:
                     request = json.loads(bytes(msg.view))
                     msg.release()
@@ -143,10 +144,14 @@ class ShuffleServer:
                     reduce = int(request["reduce"])
                     _, _, length = segment_range(base, reduce)
                     if request.get("one_sided") and self.transport in ONE_SIDED_TRANSPORTS and length:
-                        region = conn.register(length)
-                        regions.append(region)
-                        read_segment(base, reduce, into=region.view)
-                        reply = [REGION, region.remote().to_bytes()]
+                        if region is None or region.length < length:
+                            # grow geometrically: the reducer keeps each old mapping until it hangs up
+                            size = max(length, MIN_REGION, 2 * region.length if region is not None else 0)
+                            if region is not None:
+                                region.close()
+                            region = conn.register(size)
+                        read_segment(base, reduce, into=region.view[:length])
+                        reply = [REGION, json.dumps({"region": asdict(region.remote()), "size": length}).encode()]
                     else:
                         reply = [OK, read_segment(base, reduce)]
                 except (ValueError, KeyError, TypeError, OSError, FetchError) as e:
@@ -155,7 +160,7 @@ class ShuffleServer:
         except TransportError:
             pass                      # the reducer went away (or sent an oversized frame)
         finally:
-            for region in regions:
+            if region is not None:
                 region.close()
             conn.close()
 
@@ -166,10 +171,30 @@ class ShuffleServer:
 
 # -- the client ----------------------------------------------------------------------------------------
 
+_idle: dict[tuple, list] = {}      # (transport, address) -> open connections not in use
+_idle_lock = threading.Lock()
+
+
+def _checkout(transport: str, address, timeout: float):
+    """A connection to a shuffle server: an idle one kept from an earlier fetch, or a new one. Reusing
+    connections across reduce tasks saves the connect (and shm's ring set-up) and lets the server reuse
+    its one-sided region."""
+    key = (transport, tuple(address))
+    with _idle_lock:
+        if _idle.get(key):
+            return _idle[key].pop()
+    return get_transport(transport).connect(tuple(address), timeout=timeout)
+
+
+def _checkin(transport: str, address, conn) -> None:
+    with _idle_lock:
+        _idle.setdefault((transport, tuple(address)), []).append(conn)
+
+
 def fetch_from(transport: str, address, node: str, requests: list[dict], timeout: float = 60) -> list[bytes]:
     """Fetch several segments from one node's server over one connection, in order."""
     try:
-        conn = get_transport(transport).connect(tuple(address), timeout=timeout)
+        conn = _checkout(transport, address, timeout)
     except TransportError as e:
         raise FetchError(f"cannot reach the shuffle server of {node} at {address}: {e}", node) from None
     out = []
@@ -181,8 +206,8 @@ def fetch_from(transport: str, address, node: str, requests: list[dict], timeout
             try:
                 status, body = bytes(msg.view[:1]), msg.view[1:]
                 if status == REGION:
-                    remote = RemoteRegion.from_bytes(body)
-                    out.append(conn.get(remote, 0, remote.length, timeout=timeout))
+                    reply = json.loads(bytes(body))
+                    out.append(conn.get(RemoteRegion(**reply["region"]), 0, reply["size"], timeout=timeout))
                 elif status == OK:
                     out.append(bytes(body))
                 else:
@@ -190,9 +215,12 @@ def fetch_from(transport: str, address, node: str, requests: list[dict], timeout
             finally:
                 msg.release()
     except TransportError as e:
-        raise FetchError(f"fetching from {node} failed: {e}", node) from None
-    finally:
         conn.close()
+        raise FetchError(f"fetching from {node} failed: {e}", node) from None
+    except BaseException:
+        conn.close()
+        raise
+    _checkin(transport, address, conn)
     return out
 
 
