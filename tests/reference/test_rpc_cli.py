@@ -44,7 +44,7 @@ def test_serve_then_ping_prints_round_trip_statistics(transport, capsys):
                      "--count", "50", "--warmup", "5"]) == 0
         out = capsys.readouterr().out
         assert "round-trip" in out and "size=100 B" in out and "iterations=50" in out
-        for key in ("min=", "median=", "mean=", "stdev=", "p99=", "p99_9=", "max="):
+        for key in ("min=", "median=", "mean=", "stdev=", "p99=", "p99.9=", "max="):
             assert key in out
     finally:
         assert _stop(proc) == 0   # SIGTERM is a clean shutdown

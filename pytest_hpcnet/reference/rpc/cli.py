@@ -104,7 +104,9 @@ def ping_command(args: argparse.Namespace) -> int:
     s = summarize(samples)
     print(f"echo {args.transport}://{address[0]}:{address[1]} size={args.size} B "
           f"iterations={s['n']} round-trip latency (us)")
-    print("  ".join(f"{k}={s[k]:.1f}" for k in ("min", "median", "mean", "stdev", "p99", "p99_9", "max")))
+    labels = {"p99_9": "p99.9"}
+    print("  ".join(f"{labels.get(k, k)}={s[k]:.1f}"
+                    for k in ("min", "median", "mean", "stdev", "p99", "p99_9", "max")))
     return 0
 
 
