@@ -338,3 +338,36 @@ def test_shm_put_refuses_a_forged_region_descriptor():
             client.put(forged, 0, b"x")
     finally:
         client.close(), server.close(), listener.close()
+
+
+_REGION_OWNER = """
+from pytest_hpcnet.reference.transport.shm import ShmRegion
+import time
+r = ShmRegion(4096)
+print(r.path, flush=True)
+time.sleep(60)
+"""
+
+
+def test_regions_of_a_killed_owner_are_swept_by_the_next_register():
+    import signal
+    import subprocess
+    import sys
+
+    from pytest_hpcnet.reference.transport.shm import ShmRegion
+
+    proc = subprocess.Popen([sys.executable, "-c", _REGION_OWNER], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        path = proc.stdout.readline().strip()
+        assert os.path.exists(path)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)   # no close, no atexit: the file stays behind
+        proc.wait()
+    assert os.path.exists(path)
+    region = ShmRegion(64)
+    try:
+        assert not os.path.exists(path)
+    finally:
+        region.close()
+    assert not os.path.exists(region.path)

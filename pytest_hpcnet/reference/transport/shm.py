@@ -259,7 +259,7 @@ class ShmConnection(StreamConnection):
         if remote.key not in self._maps:
             path = os.path.join(SHM_DIR, REGION_PREFIX + remote.key)
             # the key names a file: accept only what register() makes, so no path can be smuggled in
-            if not re.fullmatch(r"[0-9a-f]{16}", remote.key) or remote.address != path:
+            if not REGION_KEY.fullmatch(remote.key) or remote.address != path:
                 raise TransportError(f"region {remote.key!r} is not an shm region of this host")
             try:
                 fd = os.open(path, os.O_RDWR)
@@ -299,19 +299,29 @@ def _release(mm: mmap.mmap, fds: list[int], liveness: socket.socket) -> None:
 
 
 class ShmRegion:
-    """A named /dev/shm file the peer can map; unlinked on close."""
+    """A named /dev/shm file the peer can map.
+
+    Named ``hpcnet-region-<owner pid>-<token>``; unlinked on ``close``, when the object is collected
+    or the interpreter exits, and -- for owners that were killed and could do none of that -- by the
+    next process that registers a region, which removes files whose owner pid no longer exists.
+    """
 
     def __init__(self, buffer: Bytes | int):
         src = None if isinstance(buffer, int) else memoryview(buffer).cast("B")
         self.length = buffer if isinstance(buffer, int) else len(src)
         if self.length <= 0:
             raise TransportError("cannot register an empty region")
-        self.key = secrets.token_hex(8)
+        _sweep_stale_regions()
+        self.key = f"{os.getpid()}-{secrets.token_hex(8)}"
         self.path = os.path.join(SHM_DIR, REGION_PREFIX + self.key)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        self._unlink = weakref.finalize(self, _unlink_quietly, self.path)
         try:
             os.ftruncate(fd, self.length)
             self._mm = mmap.mmap(fd, self.length)
+        except OSError:
+            self._unlink()
+            raise
         finally:
             os.close(fd)
         self.view = memoryview(self._mm)
@@ -326,15 +336,34 @@ class ShmRegion:
         if self._closed:
             return
         self._closed = True
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        self._unlink()
         try:
             self.view.release()
             self._mm.close()
         except BufferError:   # someone still holds a view; the mapping goes with the process
             pass
+
+
+REGION_KEY = re.compile(r"(\d+)-[0-9a-f]{16}")
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _sweep_stale_regions() -> None:
+    """Remove region files whose owner process is gone (it was killed before it could clean up)."""
+    try:
+        names = os.listdir(SHM_DIR)
+    except OSError:
+        return
+    for name in names:
+        m = REGION_KEY.fullmatch(name[len(REGION_PREFIX):]) if name.startswith(REGION_PREFIX) else None
+        if m and not os.path.exists(f"/proc/{m.group(1)}"):
+            _unlink_quietly(os.path.join(SHM_DIR, name))
 
 
 def _new_mapping(capacity: int) -> tuple[int, mmap.mmap]:
