@@ -271,3 +271,23 @@ def test_a_job_past_its_timeout_fails_and_the_engine_stays_usable(tmp_path):
         result = jobs.teragen(engine, 1000, cluster.shared / "small", maps=2)   # the busy worker is dropped
         assert result.details["checksum"] == tg.teragen(1000, tmp_path / "ref", maps=2).checksum_hex
         assert len(engine.live_workers()) == 1
+
+
+def test_a_hung_worker_is_lost_by_heartbeat_timeout(tmp_path, tera_input):
+    import signal
+    indir, checksum = tera_input
+    cluster = local_cluster(3, tmp_path / "c")
+    with Launchers(cluster, tmp_path / "logs") as launchers, \
+            Engine(cluster, launchers, heartbeat_timeout=1.5) as engine:
+        stopped = []
+
+        def hang(event, **info):          # SIGSTOP: the process lives, its connection stays open, it is silent
+            if event == "dispatch" and info["kind"] == "reduce" and not stopped:
+                stopped.append(info["node"])
+                os.kill(engine.worker_process(info["node"]).pid, signal.SIGSTOP)
+        engine.on_event = hang
+        out = cluster.shared / "sorted"
+        result = jobs.terasort(engine, indir, out, reduces=3, maps=4)
+        assert result.lost_workers == stopped
+        assert engine.workers[stopped[0]].lost_reason == "no heartbeat for 1.5s"
+        assert tv.teravalidate(out) == [f"checksum\t{checksum}"]
