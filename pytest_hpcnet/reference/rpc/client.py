@@ -16,7 +16,7 @@ import uuid
 
 from google.protobuf.message import DecodeError
 
-from ..transport import TransportClosed, TransportError, TransportTimeout, get_transport
+from ..transport import TransportError, TransportTimeout, get_transport
 from . import wire
 from .errors import RpcConnectionLost, RpcFatalError, RpcRemoteError, RpcTimeout
 
