@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_hpcnet.errors import ConfigError
 from pytest_hpcnet.report import asv_site
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,3 +114,56 @@ def test_asv_run_and_publish_on_a_fresh_clone(tmp_path):
     skipped = tracks - measured
     for name in skipped:    # a workload that cannot run here is skipped with its reason, never faked
         assert "qjump" in name and "netns" in log
+
+
+# --- the offline site rewrite (no asv run, no network) ------------------------------------------------
+
+PAGE = """<html><head>
+<script src="https://code.jquery.com/jquery-3.3.1.min.js" integrity="sha256-x" crossorigin="anonymous" onerror="js_load_failure()"></script>
+<link rel="stylesheet" href="https://cdn.jsdelivr.net/npm/bootstrap@3.1.1/dist/css/bootstrap.min.css" integrity="sha256-y" crossorigin="anonymous">
+<link rel="alternate" type="application/atom+xml" href="regressions.xml"/>
+<script src="asv.js"></script>
+</head><body><a href="https://github.com/airspeed-velocity/asv/">asv</a></body></html>
+"""
+
+
+def _fake_assets(root: Path) -> Path:
+    for asset in asv_site.ASSETS:
+        path = root / asset.local
+        if asset.local.endswith("/"):
+            path.mkdir(parents=True, exist_ok=True)
+            (path / "font.woff").write_bytes(b"font")
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"/* {asset.package} */")
+    return root
+
+
+def test_localize_points_the_page_at_local_copies(tmp_path):
+    assets = _fake_assets(tmp_path / "assets")
+    html = tmp_path / "html"
+    html.mkdir()
+    (html / "index.html").write_text(PAGE)
+    replaced = asv_site.localize(html, assets)
+    assert len(replaced) == 2
+    text = (html / "index.html").read_text()
+    assert 'src="vendor/jquery/jquery.min.js" onerror="js_load_failure()"' in text
+    assert 'href="vendor/bootstrap/css/bootstrap.min.css"' in text
+    assert "integrity" not in text and "crossorigin" not in text
+    assert 'href="https://github.com/airspeed-velocity/asv/"' in text   # a link to click, not a load
+    assert (html / "vendor/jquery/jquery.min.js").read_text() == "/* jquery@3.3.1 */"
+    assert (html / "vendor/bootstrap/fonts/font.woff").is_file()
+    assert asv_site.localize(html, assets) == [] and (html / "index.html").read_text() == text  # idempotent
+
+
+def test_localize_refuses_unknown_libraries_and_missing_assets(tmp_path):
+    html = tmp_path / "html"
+    html.mkdir()
+    (html / "index.html").write_text(PAGE.replace("asv.js", "https://cdn.example.org/new-lib.js"))
+    with pytest.raises(ConfigError, match="asv-site fetch"):
+        asv_site.localize(html, tmp_path / "empty")
+    with pytest.raises(asv_site.UnknownAsset, match="new-lib.js"):
+        asv_site.localize(html, _fake_assets(tmp_path / "assets"))
+    assert "https://code.jquery.com" in (html / "index.html").read_text()   # nothing half-rewritten
+    with pytest.raises(ConfigError, match="asv publish"):
+        asv_site.localize(tmp_path / "nowhere", tmp_path / "assets")

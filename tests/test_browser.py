@@ -1,0 +1,319 @@
+"""Open the HTML report and the published asv site in headless Chromium; fail on console errors and on
+charts that did not render.
+
+How the browser is driven: Chromium's DevTools protocol over ``--remote-debugging-pipe`` (JSON messages
+separated by NUL bytes on file descriptors 3 and 4). That needs no websocket library and no debugging
+port, and it reports console messages with their level (``Runtime.consoleAPICalled``), uncaught
+exceptions (``Runtime.exceptionThrown``) and browser-side errors such as failed loads
+(``Log.entryAdded``), which ``--enable-logging=stderr`` prints without a level. ``Runtime.evaluate``
+then measures every chart in the rendered page.
+
+Everything stays on loopback: pages come from file:// or a ``python -m http.server`` bound to
+127.0.0.1, and every other request is sent to a proxy address where nothing listens, so a page that
+tries to fetch from the internet fails here with a logged error instead of leaving the machine.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_hpcnet.measure import measurement
+from pytest_hpcnet.report import asv_site
+from pytest_hpcnet.report.html import write_html
+from pytest_hpcnet.results import RunRecord
+
+CHROMIUM_NAMES = ("chromium", "chromium-browser")
+FLAGS = ["--headless", "--disable-gpu", "--disable-quic", "--no-first-run", "--no-default-browser-check",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-extensions", "--mute-audio", "--remote-debugging-pipe",
+         # no request leaves loopback: a proxy nobody listens on for everything that is not loopback
+         "--proxy-server=127.0.0.1:9", "--window-size=1280,1600"]
+
+
+def chromium_path() -> str:
+    for name in CHROMIUM_NAMES:
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip("headless browser check needs Chromium: /usr/bin/chromium not found "
+                "(Debian: apt-get install chromium)")
+
+
+class Browser:
+    """One headless Chromium; ``open(url)`` gives a page's errors and lets you evaluate JavaScript."""
+
+    def __init__(self, executable: str, profile: Path):
+        cmd_r, self._cmd_w = os.pipe()
+        self._res_r, res_w = os.pipe()
+
+        def wire_pipes():   # in the child: commands on fd 3, responses on fd 4
+            a, b = fcntl.fcntl(cmd_r, fcntl.F_DUPFD, 10), fcntl.fcntl(res_w, fcntl.F_DUPFD, 10)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+
+        argv = [executable, *FLAGS, f"--user-data-dir={profile}"]
+        if os.geteuid() == 0:
+            argv.append("--no-sandbox")   # Chromium refuses to run as root with its sandbox on
+        self.proc = subprocess.Popen(argv, preexec_fn=wire_pipes, close_fds=False, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        os.close(cmd_r)
+        os.close(res_w)
+        self._ids = iter(range(1, 1 << 30))
+        self._messages: queue.Queue = queue.Queue()
+        self.events: list[dict] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self.proc.stderr.read, daemon=True).start()   # drain: never block on it
+
+    def _read(self):
+        buf = b""
+        with os.fdopen(self._res_r, "rb", buffering=0) as f:
+            while chunk := f.read(65536):
+                buf += chunk
+                *messages, buf = buf.split(b"\0")
+                for m in messages:
+                    self._messages.put(json.loads(m))
+        self._messages.put(None)
+
+    def call(self, method: str, params: dict | None = None, session: str | None = None, timeout: float = 30):
+        msg_id = next(self._ids)
+        msg = {"id": msg_id, "method": method, "params": params or {}}
+        if session:
+            msg["sessionId"] = session
+        os.write(self._cmd_w, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            reply = self._next(deadline, f"reply to {method}")
+            if reply.get("id") == msg_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+            self.events.append(reply)
+
+    def _next(self, deadline: float, what: str) -> dict:
+        try:
+            message = self._messages.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise TimeoutError(f"Chromium sent no {what} in time") from None
+        if message is None:
+            raise RuntimeError(f"Chromium exited ({self.proc.poll()}) while waiting for {what}")
+        return message
+
+    def wait_event(self, method: str, session: str, timeout: float = 30) -> dict:
+        deadline = time.monotonic() + timeout
+        for event in self.events:
+            if event.get("method") == method and event.get("sessionId") == session:
+                return event
+        while True:
+            event = self._next(deadline, method)
+            self.events.append(event)
+            if event.get("method") == method and event.get("sessionId") == session:
+                return event
+
+    def open(self, url: str) -> "Page":
+        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        for domain in ("Runtime", "Log", "Page"):
+            self.call(f"{domain}.enable", session=session)
+        self.call("Page.navigate", {"url": url}, session)
+        self.wait_event("Page.loadEventFired", session)
+        return Page(self, session)
+
+    def close(self):
+        try:
+            if self.proc.poll() is None:
+                self.call("Browser.close", timeout=10)
+                self.proc.wait(10)
+        except Exception:
+            pass
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, 9)
+                self.proc.wait()
+            os.close(self._cmd_w)
+
+
+class Page:
+    def __init__(self, browser: Browser, session: str):
+        self.browser, self.session = browser, session
+
+    def evaluate(self, expression: str):
+        result = self.browser.call("Runtime.evaluate", {"expression": expression, "returnByValue": True},
+                                   self.session)
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"evaluating {expression[:80]!r}: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def wait_for(self, expression: str, timeout: float = 20):
+        deadline = time.monotonic() + timeout
+        while True:
+            value = self.evaluate(expression)
+            if value or time.monotonic() > deadline:
+                return value
+            time.sleep(0.2)
+
+    def errors(self) -> list[str]:
+        """Console errors, uncaught exceptions and browser-logged errors (failed loads) of this page."""
+        out = []
+        for event in self.browser.events:
+            if event.get("sessionId") != self.session:
+                continue
+            method, params = event.get("method"), event.get("params", {})
+            if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+                out.append("console.error: " + " ".join(str(a.get("value", a.get("description", "")))
+                                                         for a in params.get("args", [])))
+            elif method == "Runtime.exceptionThrown":
+                details = params.get("exceptionDetails", {})
+                out.append("exception: " + str(details.get("exception", {}).get("description") or details.get("text")))
+            elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
+                entry = params["entry"]
+                out.append(f"{entry.get('source')}: {entry.get('text')} {entry.get('url', '')}".strip())
+        return out
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    b = Browser(chromium_path(), tmp_path_factory.mktemp("chromium-profile"))
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+# --- the HTML report --------------------------------------------------------------------------------
+
+MEASURE_CHARTS = """
+[...document.querySelectorAll('figure.chart')].map(fig => {
+  const svg = fig.querySelector('svg');
+  if (!svg) return {kind: fig.dataset.kind, svg: false};
+  const box = svg.getBoundingClientRect(), drawn = svg.getBBox();
+  return {kind: fig.dataset.kind, svg: true, width: box.width, height: box.height,
+          drawn_width: drawn.width, drawn_height: drawn.height,
+          paths: svg.querySelectorAll('path').length};
+})
+"""
+
+
+def chart_problems(charts: list[dict]) -> list[str]:
+    """Why each chart did not render (no SVG, no size on the page, nothing drawn); empty when all did."""
+    problems = []
+    for i, c in enumerate(charts):
+        if not c.get("svg"):
+            problems.append(f"chart {i} ({c.get('kind')}): no <svg>")
+        elif c["width"] < 100 or c["height"] < 100:
+            problems.append(f"chart {i} ({c['kind']}): {c['width']:.0f}x{c['height']:.0f} px on the page")
+        elif c["drawn_width"] < 50 or c["drawn_height"] < 50 or c["paths"] < 5:
+            problems.append(f"chart {i} ({c['kind']}): nothing drawn ({c['paths']} paths)")
+    return problems
+
+
+def _record() -> RunRecord:
+    ms = []
+    for config, base in (("tcp", 80.0), ("shm", 30.0)):
+        for size in (64, 4096):
+            ms.append(measurement("rpc.echo.latency", [base * (1 + size / 8192) * (1 + 0.01 * (i % 17))
+                                                       for i in range(100)],
+                                  unit="us", direction="lower", config=config, params={"size": size}))
+    ms.append(measurement("dfsio.write.throughput", [100.0, 110.0, 95.0], unit="MB/s", direction="higher",
+                          config="tcp"))
+    verdict = {"claim_id": "rpc.shm.latency", "outcome": "pass", "quantity": 0.4, "ci": [0.38, 0.45],
+               "bound": "<= 0.8", "source": "local: test", "reason": "CI below the effective maximum 0.8",
+               "kind": "ratio", "confidence": 0.95, "n": 30}
+    return RunRecord(run_id="browser-check", provenance={"host": "ci"}, measurements=ms, verdicts=[verdict])
+
+
+def test_html_report_renders_every_chart_without_errors(browser, tmp_path):
+    path = write_html(_record(), tmp_path)
+    page = browser.open(path.as_uri())
+    charts = page.evaluate(MEASURE_CHARTS)
+    assert [c["kind"] for c in charts] == ["bar", "bar", "cdf"]   # dfsio bars; rpc bars + CDF
+    assert chart_problems(charts) == []
+    assert page.errors() == []
+    assert page.evaluate("document.querySelectorAll('tr.pass').length") == 1
+
+
+def test_the_check_catches_broken_charts_and_script_errors(browser, tmp_path):
+    """The two failure modes the checks exist for, made on purpose, must be seen."""
+    text = write_html(_record(), tmp_path).read_text()
+    first = text.index("<svg")
+    broken = text[:first] + '<svg xmlns="http://www.w3.org/2000/svg" width="0" height="0"></svg><!--' \
+        + text[first:text.index("</svg>", first)] + "-->" + text[text.index("</svg>", first) + 6:]
+    broken = broken.replace("</body>", "<script>console.error('made to fail'); missingFunction();</script></body>")
+    page_path = tmp_path / "broken.html"
+    page_path.write_text(broken)
+    page = browser.open(page_path.as_uri())
+    problems = chart_problems(page.evaluate(MEASURE_CHARTS))
+    assert len(problems) == 1 and "chart 0" in problems[0]
+    errors = page.errors()
+    assert any("made to fail" in e for e in errors) and any("missingFunction" in e for e in errors)
+
+
+# --- the published asv site -------------------------------------------------------------------------
+
+@pytest.fixture
+def asv_site_server(tmp_path):
+    """The project's asv site (fresh clone, two quick claim benchmarks run, published, libraries made
+    local) served from 127.0.0.1; yields (base URL, discovered benchmark names)."""
+    assets = asv_site.default_assets_dir()
+    if asv_site.missing_assets(assets):
+        pytest.skip(f"the asv site's JavaScript libraries are not in {assets}; "
+                    "run `hpcnet asv-site fetch` once (needs npm and the npm registry)")
+    sys.path.insert(0, str(Path(__file__).parent))
+    try:
+        from test_asv import publish_site
+    finally:
+        sys.path.pop(0)
+    clone, html, _ = publish_site(tmp_path, bench=r"^bench_claims\.track_rpc_")
+    names = set(json.loads((clone / ".asv" / "results" / "benchmarks.json").read_text())) - {"version"}
+    ran = set()
+    for path in (clone / ".asv" / "results").glob("*/*.json"):
+        if path.name != "machine.json":
+            ran |= set(json.loads(path.read_text())["results"])
+    server = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1", "0"],
+                              cwd=html, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              stdin=subprocess.DEVNULL)
+    try:
+        line = server.stdout.readline()
+        port = re.search(r"port (\d+)", line)
+        assert port, f"http.server printed {line!r}"
+        yield f"http://127.0.0.1:{port.group(1)}/", names, ran
+    finally:
+        server.kill()
+        server.wait()
+
+
+def _no_results_yet(error: str, not_run: set[str]) -> bool:
+    """The grid asks for a summary graph of every listed benchmark; one this quick run did not run has no
+    graph file yet, and the server answers 404. That, and only that, is expected."""
+    m = re.search(r"status of 404 .* https?://127\.0\.0\.1:\d+/graphs/summary/([^?]+)\.json", error)
+    return bool(m) and m.group(1) in not_run
+
+
+def test_published_asv_site_lists_the_benchmarks_without_errors(browser, asv_site_server):
+    base, names, ran = asv_site_server
+    page = browser.open(base + "index.html")
+    shown = page.wait_for("document.querySelectorAll('.benchmark-container').length")
+    assert shown, "the benchmark grid never appeared"
+    html = page.evaluate("document.body.innerHTML")
+    missing = sorted(n for n in names if n.rsplit(".", 1)[-1] not in html)
+    assert not missing, f"benchmarks not listed on the site: {missing}"
+    assert page.evaluate("document.querySelectorAll('.modal.in, .alert-danger:not(.modal-title)').length") == 0
+    assert [e for e in page.errors() if not _no_results_yet(e, names - ran)] == []
+
+    # one tracked claim's own page draws its graph (flot draws into <canvas>)
+    name = "bench_claims.track_rpc_local_tcp_vs_socket_floor__ratio_lower_is_better"
+    graph = browser.open(f"{base}index.html#{name}")
+    drawn = graph.wait_for("[...document.querySelectorAll('#graph-display canvas')].filter(c => c.width > 100 && c.height > 100).length")
+    assert drawn, "no graph canvas on the benchmark's page"
+    assert graph.errors() == []
