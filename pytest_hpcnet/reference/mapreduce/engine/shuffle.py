@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from ....errors import HpcnetError
-from ...transport import RemoteRegion, TransportClosed, TransportError, TransportTimeout, get_transport
+from ...transport import RemoteRegion, TransportError, TransportTimeout, get_transport
 
 OK, ERROR, REGION = b"\x00", b"\x01", b"\x02"
 ONE_SIDED_TRANSPORTS = ("shm",)

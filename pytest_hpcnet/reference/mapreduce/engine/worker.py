@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from . import protocol
-from .shuffle import FetchError, ShuffleServer, fetch_segments, read_segment, resolve, write_map_output
+from .shuffle import FetchError, ShuffleServer, fetch_segments, resolve, write_map_output
 from .. import randomwriter, sort as kvsort, teragen, teravalidate
 from ..partition import partition
 from ..records import RECORD_LENGTH, Split, key_columns, key_order, part_name
@@ -113,10 +113,10 @@ class Worker:
         return {"records": len(records), "sizes": sizes,
                 "seconds": {"sort": t1 - t0, "spill": time.perf_counter() - t1}}
 
-    def _reduce(self, reduce, sources, transport, direct, outdir, merge, kind):
+    def _reduce(self, reduce, sources, transport, direct, outdir, merge):
         try:
             data, fetch_s = fetch_segments(sources, reduce, transport, self.roots, direct)
-        except FetchError as e:
+        except FetchError:
             raise
         except OSError as e:   # direct read of a segment that vanished
             raise FetchError(f"reading map output directly failed: {e}") from None
@@ -137,14 +137,14 @@ class Worker:
             segs = [np.frombuffer(d, dtype=np.uint8).reshape(-1, RECORD_LENGTH) for d in data]
             merged = merge_runs(segs)
             return np.ascontiguousarray(merged).reshape(-1), len(merged)
-        return self._reduce(reduce, sources, transport, direct, outdir, merge, "tera")
+        return self._reduce(reduce, sources, transport, direct, outdir, merge)
 
     def op_sort_reduce(self, reduce, sources, transport, direct, outdir):
         def merge(data):
             segs = [randomwriter.decode_records(d, f"segment from map {i}") for i, d in enumerate(data)]
             merged = kvsort.merge_sorted(segs)
             return randomwriter.encode_records(merged), len(merged)
-        return self._reduce(reduce, sources, transport, direct, outdir, merge, "kv")
+        return self._reduce(reduce, sources, transport, direct, outdir, merge)
 
     def op_teragen(self, rows, index, maps, start, outdir):
         final = Path(outdir) / part_name("m", index)
