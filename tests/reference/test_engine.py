@@ -18,7 +18,8 @@ from pytest_hpcnet.reference.mapreduce import randomwriter as rw, sort as kvsort
 from pytest_hpcnet.reference.mapreduce import terasort as ts, teravalidate as tv
 from pytest_hpcnet.reference.mapreduce.engine import jobs
 from pytest_hpcnet.reference.mapreduce.engine.driver import Engine, JobFailed
-from pytest_hpcnet.reference.mapreduce.engine.shuffle import FetchError, ShuffleServer, fetch_from, write_map_output
+from pytest_hpcnet.reference.mapreduce.engine.shuffle import (FetchError, ShuffleServer, close_idle, fetch_from,
+                                                              write_map_output)
 from pytest_hpcnet.reference.mapreduce.records import SUCCESS_MARKER, RecordFormatError
 from pytest_hpcnet.reference.transport import get_transport
 
@@ -233,6 +234,7 @@ def test_shuffle_server_answers_garbage_with_an_error_and_keeps_serving(tmp_path
             [b"defg", b"", b"abc"]
         with pytest.raises(FetchError, match="shuffle server of node0: bad shuffle request"):
             fetch_from(transport, server.address, "node0", [{"root": "local", "path": "nope", "reduce": 0}])
+        assert close_idle(older_than=0) >= 1      # the kept connection of the successful fetch
     finally:
         server.close()
 

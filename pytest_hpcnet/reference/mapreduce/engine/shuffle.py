@@ -171,8 +171,9 @@ class ShuffleServer:
 
 # -- the client ----------------------------------------------------------------------------------------
 
-_idle: dict[tuple, list] = {}      # (transport, address) -> open connections not in use
+_idle: dict[tuple, list] = {}      # (transport, address) -> [(connection, when it went idle)]
 _idle_lock = threading.Lock()
+IDLE_SECONDS = 2.0
 
 
 def _checkout(transport: str, address, timeout: float):
@@ -182,13 +183,26 @@ def _checkout(transport: str, address, timeout: float):
     key = (transport, tuple(address))
     with _idle_lock:
         if _idle.get(key):
-            return _idle[key].pop()
+            return _idle[key].pop()[0]
     return get_transport(transport).connect(tuple(address), timeout=timeout)
 
 
 def _checkin(transport: str, address, conn) -> None:
     with _idle_lock:
-        _idle.setdefault((transport, tuple(address)), []).append(conn)
+        _idle.setdefault((transport, tuple(address)), []).append((conn, time.monotonic()))
+
+
+def close_idle(older_than: float = IDLE_SECONDS) -> int:
+    """Close kept connections unused for ``older_than`` seconds (an idle shm connection still costs its
+    server a wake-up every few ms); the worker calls this from its heartbeat loop. Returns how many."""
+    now, stale = time.monotonic(), []
+    with _idle_lock:
+        for key, conns in _idle.items():
+            stale += [c for c, t in conns if now - t >= older_than]
+            conns[:] = [(c, t) for c, t in conns if now - t < older_than]
+    for conn in stale:
+        conn.close()
+    return len(stale)
 
 
 def fetch_from(transport: str, address, node: str, requests: list[dict], timeout: float = 60) -> list[bytes]:

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from . import protocol
-from .shuffle import FetchError, ShuffleServer, fetch_segments, resolve, write_map_output
+from .shuffle import FetchError, ShuffleServer, close_idle, fetch_segments, resolve, write_map_output
 from .. import randomwriter, sort as kvsort, teragen, teravalidate
 from ..partition import partition
 from ..records import RECORD_LENGTH, Split, key_columns, key_order, part_name
@@ -189,6 +189,7 @@ def serve(driver: tuple[str, int], worker: Worker) -> int:
                 channel.send({"type": "heartbeat"})
             except OSError:
                 return
+            close_idle()
     threading.Thread(target=heartbeat, name="heartbeat", daemon=True).start()
     try:
         for message in channel.messages():
