@@ -231,6 +231,9 @@ def fetch_from(transport: str, address, node: str, requests: list[dict], timeout
     except TransportError as e:
         conn.close()
         raise FetchError(f"fetching from {node} failed: {e}", node) from None
+    except FetchError:
+        _checkin(transport, address, conn)      # the server answered with an error: still in step
+        raise
     except BaseException:
         conn.close()
         raise
