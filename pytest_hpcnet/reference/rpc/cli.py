@@ -24,6 +24,9 @@ def add_commands(subparsers) -> None:
     serve.add_argument("--transport", choices=sorted(TRANSPORTS), default="tcp")
     serve.add_argument("--buffers", choices=sorted(BUFFERS), default="pooled")
     serve.add_argument("--handlers", type=int, default=4)
+    serve.add_argument("--dispatch", choices=["auto", "pool", "direct"], default="auto",
+                       help="pool: every call via the handler pool (Hadoop's shape); auto (default): "
+                            "readers run the cheap built-ins (echo, ping) themselves; direct: readers run all")
     serve.add_argument("--max-data-length", type=int, default=None,
                        help="ipc.maximum.data.length in bytes (default 128 MiB)")
     serve.set_defaults(func=serve_command)
@@ -61,12 +64,13 @@ def serve_command(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     try:
         server = RpcServer(transport=args.transport, host=args.host, port=args.port,
-                           buffers=args.buffers, handlers=args.handlers,
+                           buffers=args.buffers, handlers=args.handlers, dispatch=args.dispatch,
                            max_data_length=args.max_data_length or MAX_DATA_LENGTH).start()
     except TransportError as e:
         raise ConfigError(str(e), where="--host/--port") from None
     host, port = server.address
-    print(f"listening on {args.transport} {host}:{port} (buffers={args.buffers}, handlers={args.handlers})",
+    print(f"listening on {args.transport} {host}:{port} (buffers={args.buffers}, handlers={args.handlers}, "
+          f"dispatch={args.dispatch})",
           flush=True)
     try:
         while not stop.wait(0.5):

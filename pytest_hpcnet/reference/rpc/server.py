@@ -9,6 +9,17 @@
   so one slow client never ties up a handler. Calls of one connection run concurrently, and responses
   go out in completion order, matched by call id.
 
+Dispatch (``dispatch=``): ``"pool"`` is Hadoop's shape exactly -- every call goes reader -> call queue
+-> handler. ``"auto"`` (the default) lets the reader run a method registered ``inline=True`` itself
+(the built-in echo and ping: cheap, never blocking) and queues everything else. The hand-off to a
+handler thread costs two thread wake-ups and GIL transfers per call, which measured 20-40 us of a
+~130 us 64-byte echo on a 2-core box; a cheap method gains nothing from running elsewhere, and a
+slow or blocking one still goes to the pool, so readers are never tied up by application code.
+``"direct"`` runs every method in its reader (one connection's calls then run one at a time).
+
+The SUCCESS response header is spliced from per-connection constant bytes and the call id
+(``wire.success_header_bytes``) instead of a protobuf object per call; errors still use protobuf.
+
 Errors: a method that raises -> ERROR (exception class + message), connection stays. Anything that
 breaks the framing or the protocol -> FATAL where the protocol allows a response (the client has sent
 a valid preamble), then close, with the reason logged and counted in ``closed_reasons``.
@@ -36,6 +47,9 @@ E = wire.RpcResponseHeaderProto
 class Method:
     request_type: type
     handler: Callable   # request message -> response message
+    inline: bool = False   # cheap and non-blocking: a reader may run it itself (dispatch="auto")
+
+DISPATCH_MODES = ("auto", "pool", "direct")
 
 
 @dataclass
@@ -61,6 +75,7 @@ class _ServerConnection:
         self.client_id = b""
         self.user = self.protocol = ""
         self.open = True
+        self.success_suffix = wire.success_header_suffix(b"")   # set again once the client id is known
 
     def respond(self, parts: list, in_handler: bool) -> None:
         if not self.open:
@@ -90,10 +105,14 @@ class RpcServer:
     def __init__(self, transport: str = "tcp", host: str = "127.0.0.1", port: int = 0,
                  buffers: str = "pooled", handlers: int = 4, max_data_length: int = wire.MAX_DATA_LENGTH,
                  protocol: str = wire.ECHO_PROTOCOL, handshake_timeout: float = 10.0,
-                 write_timeout: float = 30.0, queue_size_per_handler: int = 100):
+                 write_timeout: float = 30.0, queue_size_per_handler: int = 100, dispatch: str = "auto"):
+        from ...errors import ConfigError
         if handlers < 1:
-            from ...errors import ConfigError
             raise ConfigError(f"need at least one handler, got {handlers}", where="handlers")
+        if dispatch not in DISPATCH_MODES:
+            raise ConfigError(f"unknown dispatch mode {dispatch!r}; choose one of {list(DISPATCH_MODES)}",
+                              where="dispatch")
+        self.dispatch = dispatch
         self.transport_name, self.buffers = transport, buffers
         self._transport = get_transport(transport)
         self._listener = self._transport.listen(host, port, buffers=buffers)
@@ -101,8 +120,9 @@ class RpcServer:
         self.max_data_length, self.protocol = max_data_length, protocol
         self.handshake_timeout, self.write_timeout = handshake_timeout, write_timeout
         self.methods: dict[str, Method] = {
-            "echo": Method(wire.EchoRequestProto, lambda r: wire.EchoResponseProto(payload=r.payload)),
-            "ping": Method(wire.EmptyRequestProto, lambda r: wire.EmptyResponseProto()),
+            "echo": Method(wire.EchoRequestProto, lambda r: wire.EchoResponseProto(payload=r.payload),
+                           inline=True),
+            "ping": Method(wire.EmptyRequestProto, lambda r: wire.EmptyResponseProto(), inline=True),
         }
         self._calls: queue.Queue = queue.Queue(maxsize=handlers * queue_size_per_handler)
         self._responder_queue: queue.Queue = queue.Queue()
@@ -115,9 +135,10 @@ class RpcServer:
         self.counters = collections.Counter()   # connections, calls, errors, fatals, pings
 
     # -- lifecycle -----------------------------------------------------------------------------
-    def register(self, name: str, request_type: type, handler: Callable) -> None:
-        """Serve ``name``: ``handler(request) -> response message``; an exception becomes ERROR."""
-        self.methods[name] = Method(request_type, handler)
+    def register(self, name: str, request_type: type, handler: Callable, inline: bool = False) -> None:
+        """Serve ``name``: ``handler(request) -> response message``; an exception becomes ERROR.
+        ``inline=True`` marks a cheap, non-blocking method that readers may run themselves."""
+        self.methods[name] = Method(request_type, handler, inline)
 
     def start(self) -> "RpcServer":
         self._spawn(self._listen, "listener")
@@ -234,6 +255,7 @@ class RpcServer:
                 raise _Fatal(E.FATAL_INVALID_RPC_HEADER,
                              f"first packet has callId {header.callId}, expected connection context -3")
             sc.client_id = header.clientId
+            sc.success_suffix = wire.success_header_suffix(sc.client_id)
             ctx_bytes, _ = self._delimited(view, pos)
             ctx = self._parse(wire.IpcConnectionContextProto, ctx_bytes, E.FATAL_DESERIALIZING_REQUEST)
             sc.user, sc.protocol = ctx.userInfo.effectiveUser, ctx.protocol
@@ -289,10 +311,13 @@ class RpcServer:
             return
         request = self._parse(method.request_type, body, E.FATAL_DESERIALIZING_REQUEST, call_id)
         self._count("calls")
+        call = _Call(sc, call_id, header.retryCount, method, rh.methodName, request)
+        if self.dispatch == "direct" or (method.inline and self.dispatch == "auto"):
+            self._run(call)
+            return
         while sc.open:
             try:
-                self._calls.put(_Call(sc, call_id, header.retryCount, method, rh.methodName, request),
-                                timeout=0.5)
+                self._calls.put(call, timeout=0.5)
                 return
             except queue.Full:
                 if self._stopping.is_set():
@@ -312,18 +337,25 @@ class RpcServer:
                 call = self._calls.get(timeout=0.2)
             except queue.Empty:
                 continue
-            if not call.conn.open:
-                continue
-            try:
-                response = call.method.handler(call.request).SerializeToString()
-            except Exception as e:
-                cls = type(e)
-                self._error(call.conn, call.call_id, call.retry_count, E.ERROR_APPLICATION,
-                            f"{cls.__module__}.{cls.__qualname__}", str(e), in_handler=True)
-                continue
-            header = E(callId=call.call_id, status=wire.SUCCESS, serverIpcVersionNum=9,
-                       clientId=call.conn.client_id, retryCount=call.retry_count)
-            call.conn.respond(wire.delimited(header, response), in_handler=True)
+            if call.conn.open:
+                self._run(call)
+
+    def _run(self, call: _Call) -> None:
+        """Run one call and write its response (or hand it to the responder if the connection is busy)."""
+        sc = call.conn
+        try:
+            response = call.method.handler(call.request).SerializeToString()
+        except Exception as e:
+            cls = type(e)
+            self._error(sc, call.call_id, call.retry_count, E.ERROR_APPLICATION,
+                        f"{cls.__module__}.{cls.__qualname__}", str(e), in_handler=True)
+            return
+        if call.retry_count == -1:
+            header = b"\x08" + wire.varint(call.call_id) + sc.success_suffix
+        else:
+            header = wire.success_header_bytes(call.call_id, sc.client_id, call.retry_count)
+        sc.respond([wire.varint(len(header)), header, wire.varint(len(response)), response],
+                   in_handler=True)
 
     def _respond(self) -> None:
         while not self._stopping.is_set():

@@ -39,7 +39,12 @@ class WireError(HpcnetError):
     """Bytes that are not a well-formed Hadoop IPC packet."""
 
 
+_ONE_BYTE = [bytes((i,)) for i in range(128)]
+
+
 def varint(n: int) -> bytes:
+    if 0 <= n < 128:
+        return _ONE_BYTE[n]   # the common case (small lengths and call ids) without a loop
     out = bytearray()
     while True:
         b = n & 0x7F
@@ -98,3 +103,44 @@ def response_call_id(call_id: int) -> int:
 
 def signed_call_id(call_id: int) -> int:
     return call_id - (1 << 32) if call_id >= 1 << 31 else call_id
+
+
+# -- hand-encoded hot-path headers -------------------------------------------------------------
+# The two headers every call carries change only in callId (and retryCount), so instead of building
+# and serializing a protobuf object per call (several microseconds of Python each) the hot path
+# splices the varying varints into per-connection constant bytes. Field order and encodings are the
+# ones the protobuf library emits (ascending field numbers), so the bytes are identical to
+# ``request_header(...).SerializeToString()`` -- tests/reference/test_rpc_wire.py compares both
+# against hand-built golden packets.
+
+def zigzag(n: int) -> int:
+    """sint32 encoding."""
+    return ((n << 1) ^ (n >> 31)) & 0xFFFFFFFF
+
+
+def request_header_bytes(call_id: int, client_id: bytes, retry_count: int = -1) -> bytes:
+    """``request_header(call_id, client_id, retry_count).SerializeToString()``, without protobuf."""
+    return request_header_prefix() + varint(zigzag(call_id)) + request_header_suffix(client_id, retry_count)
+
+
+def request_header_prefix() -> bytes:
+    """rpcKind=RPC_PROTOCOL_BUFFER, rpcOp=RPC_FINAL_PACKET, then the callId tag."""
+    return b"\x08\x02\x10\x00\x18"
+
+
+def request_header_suffix(client_id: bytes, retry_count: int = -1) -> bytes:
+    """What follows the callId varint: clientId and retryCount (constant per connection)."""
+    return b"\x22" + varint(len(client_id)) + client_id + b"\x28" + varint(zigzag(retry_count))
+
+
+def success_header_bytes(call_id: int, client_id: bytes, retry_count: int = -1) -> bytes:
+    """A SUCCESS ``RpcResponseHeaderProto`` (callId, status, serverIpcVersionNum 9, clientId,
+    retryCount) serialized without protobuf."""
+    return b"\x08" + varint(response_call_id(call_id)) + success_header_suffix(client_id, retry_count)
+
+
+def success_header_suffix(client_id: bytes, retry_count: int = -1) -> bytes:
+    """What follows the callId varint of a SUCCESS response header (constant per connection and
+    retry count)."""
+    return (b"\x10\x00\x18\x09\x3a" + varint(len(client_id)) + client_id + b"\x40"
+            + varint(zigzag(retry_count)))

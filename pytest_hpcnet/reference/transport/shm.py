@@ -11,12 +11,18 @@ Data path: each ring has a ``head`` (bytes ever written, stored only by the prod
 (bytes ever read, stored only by the consumer) as aligned 8-byte words; a byte stream with the same
 4-byte length framing as tcp flows through it.
 
-Wake-up strategy: optional spin, then doorbell. A waiting side may first poll the ring for
-``HPCNET_SHM_SPIN`` seconds (default 0) so a message already on its way arrives without a sleep; the
-spin releases the GIL between checks (``time.sleep(0)``) so the process's other threads still run.
-On a busy 2-core box spinning lost: 64-byte echo p50 was ~130 us with no spin and ~210 us with a
-200 us spin (interleaved A/B, same period), because the spinner takes the core the peer needs;
-with spare cores a spin can pay, hence the knob. Then it sets its "waiting" flag,
+Wake-up strategy: adaptive spin, then doorbell. A waiting side first polls the ring for up to a spin
+budget so a message already on its way arrives without a sleep -- but only while spinning can pay:
+(1) the peer has work: it has not yet read everything we sent, or it is awake (its "waiting"
+flag on our outgoing ring is clear) -- a peer asleep with nothing to read will not write soon, (2) no other thread of this process is spinning (many readers
+of one server must not burn the cores their peers need), and (3) recent spins succeeded: the budget
+doubles (up to the maximum) after a spin that caught the message and halves after one that did not,
+so on a box where the peer cannot run while we spin the spinning fades out by itself. Between checks
+the spinner calls ``sched_yield`` (which also releases the GIL): a runnable task on this core gets
+it, and the spin costs nothing it would have used. The maximum is ``HPCNET_SHM_SPIN`` seconds
+(default ``SPIN_SECONDS``; 0 disables spinning). The previous fixed spin (``time.sleep(0)``, 200 us,
+no feedback) lost on a busy 2-core box -- p50 ~210 us against ~130 us without -- because it kept
+spinning while the peer waited for the core. Then it sets its "waiting" flag,
 re-checks, and sleeps in ``poll()`` on an eventfd doorbell plus the liveness socket. The other side
 rings the doorbell only when it sees the flag, so a busy stream makes no system calls at all. We chose
 an eventfd doorbell over sleep-with-backoff because a backoff sleep puts its own length (tens of
@@ -47,7 +53,8 @@ from .base import (DEFAULT_TIMEOUT, RemoteRegion, StreamConnection, TransportClo
                    TransportTimeout, deadline_of, remaining)
 
 RING_CAPACITY = 1 << 20     # bytes per direction; larger messages stream through in pieces
-SPIN_SECONDS = 0.0          # default spin before arming the doorbell; HPCNET_SHM_SPIN overrides
+SPIN_SECONDS = 0.0002       # maximum adaptive spin before arming the doorbell; HPCNET_SHM_SPIN overrides
+_spinners = [0]             # threads of this process spinning right now (a racy hint is enough)
 MAX_SLEEP = 0.005
 CTRL = 320                  # per ring: head, tail, reader/writer waiting, closed -- one cache line each
 HEAD, TAIL, READER_WAITING, WRITER_WAITING, CLOSED = 0, 8, 16, 24, 32   # indices of 8-byte words
@@ -57,7 +64,7 @@ HANDSHAKE_TIMEOUT = 5.0
 
 
 def spin_seconds() -> float:
-    """The spin phase length in seconds (see the module docstring for why the default is 0)."""
+    """The maximum spin phase in seconds (see the module docstring)."""
     text = os.environ.get("HPCNET_SHM_SPIN")
     if text is None:
         return SPIN_SECONDS
@@ -128,7 +135,9 @@ class ShmConnection(StreamConnection):
         self._live = liveness
         self._live.setblocking(False)
         self._peer_gone = False
-        self._spin = spin_seconds()
+        self._spin_max = spin_seconds()
+        self._spin = self._spin_max   # current adaptive budget
+        self._pollers = {}            # doorbell fd -> poll object (doorbell + liveness socket)
         self.peer = f"shm:{'client' if is_server else 'server'}"
         weakref.finalize(self, _release, mm, list(fds), liveness)
         self._regions: list[ShmRegion] = []
@@ -150,12 +159,46 @@ class ShmConnection(StreamConnection):
         if self._peer_gone:
             raise TransportClosed("peer closed the shared-memory connection")
 
-    def _wait(self, ready, flag_ring: _Ring, flag: int, bell: _Doorbell, deadline: float, what: str):
-        spin_until = time.perf_counter() + self._spin
-        while time.perf_counter() < spin_until:
-            if ready():
-                return
-            time.sleep(0)   # releases the GIL (other threads of this process run) without yielding the CPU
+    def _peer_idle(self) -> bool:
+        """The peer has read all we sent and sleeps waiting for more: no reply is on its way."""
+        tx = self._tx.ctrl
+        return tx[HEAD] == tx[TAIL] and tx[READER_WAITING] != 0
+
+    def _spin_wait(self, ready) -> bool:
+        """Spin for up to the adaptive budget while the peer has work; True if ``ready()`` came true."""
+        peer_idle = self._peer_idle
+        if not self._spin or _spinners[0] or peer_idle():
+            return False
+        _spinners[0] += 1
+        try:
+            clock, yield_cpu = time.perf_counter, os.sched_yield
+            until = clock() + self._spin
+            while clock() < until:
+                if ready():
+                    self._spin = min(self._spin * 2, self._spin_max)
+                    return True
+                if peer_idle():
+                    break   # the peer went to sleep: nothing is coming soon
+                yield_cpu()
+        finally:
+            _spinners[0] -= 1
+        self._spin = self._spin / 2 if self._spin > 2e-6 else 0.0
+        return False
+
+    def _poller(self, bell: _Doorbell):
+        poller = self._pollers.get(bell.fd)
+        if poller is None:
+            poller = self._pollers[bell.fd] = select.poll()
+            poller.register(bell.fd, select.POLLIN)
+            poller.register(self._live.fileno(), select.POLLIN)
+        return poller
+
+    def _wait(self, ready, flag_ring: _Ring, flag: int, bell: _Doorbell, deadline: float, what: str,
+              spin: bool = False):
+        if spin and self._spin_wait(ready):
+            return
+        if self._spin_max and not self._spin and not _spinners[0]:
+            self._spin = 1e-6 * 4   # probe again now and then: conditions change
         while True:
             if ready():
                 return
@@ -169,10 +212,7 @@ class ShmConnection(StreamConnection):
             try:
                 if ready():
                     return
-                poller = select.poll()
-                poller.register(bell.fd, select.POLLIN)
-                poller.register(self._live.fileno(), select.POLLIN)
-                events = poller.poll(min(left, MAX_SLEEP) * 1000)
+                events = self._poller(bell).poll(min(left, MAX_SLEEP) * 1000)
                 for fd, _ in events:
                     if fd == bell.fd:
                         bell.drain()
@@ -189,7 +229,7 @@ class ShmConnection(StreamConnection):
         ctrl = ring.ctrl
         if ctrl[HEAD] == ctrl[TAIL]:
             self._wait(lambda: ctrl[HEAD] != ctrl[TAIL], ring, READER_WAITING, self._my_data, deadline,
-                       "no data from the peer")
+                       "no data from the peer", spin=True)
         head, tail = ctrl[HEAD], ctrl[TAIL]
         pos = tail & ring.mask
         n = min(head - tail, len(view), ring.capacity - pos)

@@ -1,5 +1,12 @@
 """The ``tcp`` transport: plain sockets, the baseline (the "IPoIB / 10GigE" role).
 
+Waiting: the socket stays in blocking mode with a kernel receive/send timeout (SO_RCVTIMEO /
+SO_SNDTIMEO) of ``WAIT_SLICE`` set once, and a wait longer than that loops on EAGAIN until its
+deadline. Python's own socket timeouts cost a poll() before every recv plus two fcntl() calls per
+``settimeout``; this way a receive is one recv() system call. Waits shorter than the slice (rare:
+the callers poll with 0.2-0.5 s) use poll() with the exact timeout, so no timeout is ever longer
+than asked.
+
 One-sided put/get is emulated the way a NIC would serve it: ``register`` publishes the region in a
 per-process region server (a loopback-or-same-address listener thread), and a peer's ``put``/``get``
 talk to that server directly, so the owner's application code takes no part.
@@ -8,9 +15,11 @@ talk to that server directly, so the owner's application code takes no part.
 from __future__ import annotations
 
 import secrets
+import select
 import socket
 import struct
 import threading
+import time
 from typing import Sequence
 
 from ..buffers import Bytes, make_buffers
@@ -18,6 +27,8 @@ from .base import (DEFAULT_TIMEOUT, RemoteRegion, StreamConnection, TransportClo
                    TransportTimeout, deadline_of, remaining)
 
 _OP = struct.Struct(">cHQQ")   # op (P/G), key length, offset, length
+WAIT_SLICE = 0.2               # seconds a blocked recv/send sleeps in the kernel before re-checking
+_TIMEVAL = struct.pack("ll", int(WAIT_SLICE), int((WAIT_SLICE % 1) * 1_000_000))
 
 
 class TcpConnection(StreamConnection):
@@ -26,19 +37,33 @@ class TcpConnection(StreamConnection):
     def __init__(self, sock: socket.socket, buffers, default_timeout: float = DEFAULT_TIMEOUT):
         super().__init__(buffers, default_timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(None)   # blocking; the kernel timeouts below bound every wait
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _TIMEVAL)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _TIMEVAL)
         self.sock = sock
         self.peer = sock.getpeername()
         self._regions: list[TcpRegion] = []
         self._side: dict[tuple, socket.socket] = {}   # region-server connections for put/get
 
     def _recv_into(self, view: memoryview, deadline: float) -> int:
-        left = remaining(deadline)
         try:
-            self.sock.settimeout(left)
-            n = self.sock.recv_into(view)
-        except socket.timeout:
-            raise TransportTimeout(f"no data from {self.peer} within the timeout") from None
-        except OSError as e:
+            while True:
+                left = deadline - time.monotonic()
+                if left < WAIT_SLICE:
+                    if left <= 0 or not _readable(self.sock, left):
+                        raise TransportTimeout(f"no data from {self.peer} within the timeout")
+                    n = self.sock.recv_into(view, 0, socket.MSG_DONTWAIT)
+                    break
+                try:
+                    n = self.sock.recv_into(view)   # sleeps at most WAIT_SLICE (SO_RCVTIMEO)
+                    break
+                except BlockingIOError:
+                    continue
+        except BlockingIOError:
+            return 0   # poll said readable but the data went elsewhere; the caller reads again
+        except TransportError:
+            raise
+        except (OSError, ValueError) as e:
             raise TransportClosed(f"connection to {self.peer} failed: {e}") from None
         if n == 0:
             raise TransportClosed(f"peer {self.peer} closed the connection")
@@ -48,14 +73,17 @@ class TcpConnection(StreamConnection):
         views = [memoryview(v).cast("B") for v in views]
         try:
             while views:
-                self.sock.settimeout(remaining(deadline))
-                sent = self.sock.sendmsg(views)
+                try:
+                    sent = self.sock.sendmsg(views)   # blocks at most WAIT_SLICE (SO_SNDTIMEO)
+                except BlockingIOError:
+                    remaining(deadline)
+                    continue
                 while views and sent >= len(views[0]):
                     sent -= len(views[0])
                     views.pop(0)
                 if views and sent:
                     views[0] = views[0][sent:]
-        except socket.timeout:
+        except TransportTimeout:
             raise TransportTimeout(f"sending to {self.peer} did not finish within the timeout") from None
         except OSError as e:
             if isinstance(e, TransportError):
@@ -122,6 +150,12 @@ class TcpConnection(StreamConnection):
 
     def get(self, remote: RemoteRegion, offset: int, length: int, timeout: float | None = None) -> bytes:
         return self._one_sided(b"G", remote, offset, length, b"", timeout)
+
+
+def _readable(sock: socket.socket, timeout: float) -> bool:
+    poller = select.poll()   # not select(): descriptors above 1023 are normal on a busy server
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(timeout * 1000))
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
