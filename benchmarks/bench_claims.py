@@ -40,6 +40,12 @@ TRACKED = {
     "qjump.interference.p50": common.qjump_small,
     "qjump.priority.p99": common.qjump_small,
     "qjump.priority.p99_vs_interference": common.qjump_small,
+    "mapreduce.local.terasort.direct_vs_fetch.shuffle": common.mapreduce_small,
+    "mapreduce.local.terasort.direct_vs_fetch.job_time": common.mapreduce_small,
+    "mapreduce.local.terasort.shm_vs_tcp.shuffle": common.mapreduce_small,
+    "mapreduce.local.sort.direct_vs_fetch.job_time": common.mapreduce_small,
+    "dfsio.local.blockstore.shm_vs_tcp.write": common.dfsio_small,
+    "dfsio.local.posix.no_fsync_vs_fsync_close.write": common.dfsio_small,
 }
 
 

@@ -239,3 +239,88 @@ def qjump_small() -> list[Measurement]:
                 launchers.close()
             finally:
                 netns.teardown(cluster)
+
+
+# The MapReduce suite's local claims at a smaller scale: every configuration a local mapreduce claim names,
+# per job, in round-robin rounds on a local:4 engine (the suite's claims were set at 300k rows).
+MAPREDUCE_NODES = 4
+MAPREDUCE_TERASORT_ROWS = 100_000
+MAPREDUCE_SORT_BYTES = 4 << 20
+MAPREDUCE_ROUNDS = 3
+
+
+def claimed_configs(prefix: str) -> dict[str, list[str]]:
+    """Per job (``mapreduce.<job>.*``), the baseline and candidate configs of its local claims, in order."""
+    out: dict[str, dict[str, None]] = {}
+    for claim in suite_claims().values():
+        if claim.is_local and claim.metric.startswith(prefix + "."):
+            job = claim.metric.split(".")[1]
+            out.setdefault(job, {}).update({claim.baseline: None, claim.candidate: None})
+    return {job: list(configs) for job, configs in out.items()}
+
+
+@workload
+def mapreduce_small() -> list[Measurement]:
+    """TeraSort and Sort job times (and phases) under every config the local mapreduce claims compare."""
+    from pytest_hpcnet.reference.mapreduce.engine.driver import Engine
+    from pytest_hpcnet.workloads import mapreduce
+
+    out = []
+    with local_launchers(MAPREDUCE_NODES) as (cluster, launchers), Engine(cluster, launchers) as engine:
+        for job, configs in sorted(claimed_configs("mapreduce").items()):
+            inp = mapreduce.prepare_input(engine, job, cluster.shared, rows=MAPREDUCE_TERASORT_ROWS,
+                                          sort_bytes=MAPREDUCE_SORT_BYTES)
+            timers = mapreduce.run_configs(engine, inp, configs, rounds=MAPREDUCE_ROUNDS, scratch=cluster.shared)
+            for config, timer in timers.items():
+                for m in timer.measurements(skip=1):   # the first call of each config was its warm-up
+                    m.config = config   # the claim's spelling (the engine's canonical name adds defaults)
+                    out.append(m)
+    return out
+
+
+# The DFSIO suite's local claims (suites/dfsio/test_performance.py) with fewer paired rounds.
+DFSIO_NODES = 4
+DFSIO_SIZE = "2MB"
+DFSIO_BLOCK = 512 * 1024
+DFSIO_ROUNDS = 3
+
+
+@workload
+def dfsio_small() -> list[Measurement]:
+    """TestDFSIO write throughput (MB/s): block store over tcp vs shm (replication 2), and the POSIX
+    target with fsync on close vs none, each pair in interleaved rounds."""
+    from pytest_hpcnet.measure import run_paired
+    from pytest_hpcnet.reference.dfs.store import BlockStore
+    from pytest_hpcnet.workloads.dfsio import FsTarget, parse_dfsio_args, run_dfsio
+
+    out = []
+    with local_launchers(DFSIO_NODES) as (cluster, launchers):
+        opts = parse_dfsio_args(["-write", "-nrFiles", str(DFSIO_NODES), "-size", DFSIO_SIZE])
+        workdirs = {n.name: n.workdir for n in cluster.nodes}
+
+        def throughput(target):
+            return lambda: run_dfsio(opts, target, launchers, cluster, write_res_file=False).throughput
+
+        def record(paired):
+            for name, samples in ((paired.baseline_name, paired.baseline), (paired.candidate_name, paired.candidate)):
+                out.append(measurement("dfsio.write.throughput", samples, unit="MB/s", direction="higher",
+                                       config=name, nodes=cluster.names, params={"size": DFSIO_SIZE}))
+
+        stores = {}
+        try:
+            for transport in ("tcp", "shm"):
+                stores[transport] = BlockStore(launchers, cluster, transport=transport,
+                                               dirs={k: p / f"dfs-{transport}" for k, p in workdirs.items()}).start()
+            targets = {t: FsTarget("blockstore", store=s.spec(replication=2, block_size=DFSIO_BLOCK))
+                       for t, s in stores.items()}
+            record(run_paired(throughput(targets["tcp"]), throughput(targets["shm"]), rounds=DFSIO_ROUNDS,
+                              baseline_name="blockstore,transport=tcp,replication=2",
+                              candidate_name="blockstore,transport=shm,replication=2"))
+        finally:
+            for store in stores.values():
+                store.stop()
+        close = FsTarget("posix", root="local", fsync="close", node_dirs=workdirs)
+        none = FsTarget("posix", root="local", fsync="none", node_dirs=workdirs)
+        record(run_paired(throughput(close), throughput(none), rounds=DFSIO_ROUNDS,
+                          baseline_name="posix,fsync=close", candidate_name="posix,fsync=none"))
+    return out
