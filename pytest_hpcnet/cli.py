@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "pytest_hpcnet.reference.mapreduce.commands",
     "pytest_hpcnet.reference.rpc.cli",
     "pytest_hpcnet.workloads.dfsio.commands",
+    "pytest_hpcnet.vm.commands",
 )
 
 

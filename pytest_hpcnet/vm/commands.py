@@ -1,0 +1,48 @@
+"""``hpcnet vm build`` and ``hpcnet vm test``."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_TESTS = ["suites/rpc/test_verbs_rpc.py", "suites/rpc/test_verbs_bulk.py"]
+
+
+def add_commands(sub) -> None:
+    vm = sub.add_parser("vm", help="the Soft-RoCE guest (QEMU) that runs the verbs tests")
+    vm_sub = vm.add_subparsers(dest="vm_command", required=True, metavar="ACTION")
+    b = vm_sub.add_parser("build", help="build (or reuse) the cached guest")
+    b.add_argument("--cache", type=Path, help="cache directory (default $HPCNET_VM_CACHE or ~/.cache/hpcnet-vm)")
+    b.set_defaults(func=_build)
+    t = vm_sub.add_parser("test", help="boot the guest and run pytest inside; results come back to --results")
+    t.add_argument("--cache", type=Path)
+    t.add_argument("--results", type=Path, default=Path(".hpcnet/vm"), help="where junit.xml, output.txt, report/ land")
+    t.add_argument("--timeout", type=float, default=900, help="seconds before the guest is killed")
+    t.add_argument("--command", help="run this shell command in the guest instead of pytest")
+    t.add_argument("pytest_args", nargs="*", help=f"pytest arguments in the guest (default {' '.join(DEFAULT_TESTS)})")
+    t.set_defaults(func=_test)
+
+
+def _build(args) -> int:
+    from . import build
+
+    start = time.monotonic()
+    g = build.build(args.cache)
+    print(f"guest ready in {time.monotonic() - start:.1f} s: kernel {g.kernel_version}, base {g.base} "
+          f"({g.base.stat().st_size / 2**20:.0f} MiB)")
+    return 0
+
+
+def _test(args) -> int:
+    from . import boot, guest
+
+    command = args.command or guest.guest_pytest_command(args.pytest_args or DEFAULT_TESTS)
+    run = boot.run(command, args.results.resolve(), timeout=args.timeout, cache=args.cache,
+                   log=lambda m: print(m, file=sys.stderr))
+    output = run.results / "output.txt"
+    if output.exists():
+        sys.stdout.write(output.read_text(errors="replace"))
+    print(f"guest exit status {run.exit_status}; boot {run.boot_seconds:.1f} s, total {run.total_seconds:.1f} s; "
+          f"results in {run.results}, serial log {run.log}")
+    return run.exit_status
