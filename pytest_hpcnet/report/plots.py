@@ -5,7 +5,8 @@ Two kinds, after the way the seed papers present their results:
 - ``bar_chart``: one group of bars per parameter set (e.g. payload size), one bar per configuration
   inside each group (HiBD's "RDMA vs IPoIB vs 10GigE" figures). The bar is the median; the error bar
   spans the 25th to 75th percentile of the samples (the interquartile range: where the middle half of
-  the samples fell). A measurement with one sample gets no error bar.
+  the samples fell). A measurement with one sample gets no error bar. Bars that span more than 100x
+  get a logarithmic y axis, so the small ones stay visible.
 - ``cdf_chart``: the empirical CDF of each series' samples (latencies), x in the metric's unit.
 
 SVG keeps the report one self-contained file that needs no network and scales without blurring.
@@ -76,7 +77,7 @@ def bar_chart(bars: list[Bar], *, title: str, ylabel: str, colours: dict[str, st
     colours = colours or colour_map(series)
     width = 0.8 / len(series)
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.0 + 0.9 * len(groups) * max(1, len(series)) * 0.6), 3.2))
+    fig, ax = plt.subplots(figsize=(min(14.0, max(4.0, 1.0 + 0.55 * len(groups) * len(series))), 3.2))
     try:
         x = np.arange(len(groups))
         for i, name in enumerate(series):
@@ -88,6 +89,9 @@ def bar_chart(bars: list[Bar], *, title: str, ylabel: str, colours: dict[str, st
             ax.bar(pos, heights, width * 0.95, label=name, color=colours.get(name),
                    yerr=[lower, upper], capsize=3, error_kw={"elinewidth": 1})
         ax.set_xticks(x, groups, rotation=30 if len(groups) > 4 else 0, ha="right" if len(groups) > 4 else "center")
+        positive = [b.median for b in bars if b.median > 0]
+        if len(positive) == len(bars) and max(positive) / min(positive) > 100:
+            ax.set_yscale("log")   # e.g. QJump alone vs interference: linear bars would hide the small ones
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
