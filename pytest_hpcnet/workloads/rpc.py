@@ -1,0 +1,353 @@
+"""RPC workloads on the reference RPC: an echo server per configuration on one node, clients on another.
+
+- ``latency_sweep``: one client process holds a connection to every configuration's server and times
+  echo round trips (RTT, not RTT/2) over payload sizes in interleaved rounds (round r: every size,
+  every configuration), so drift on a shared machine falls on all configurations alike. One
+  ``Measurement`` per (configuration, size) with perftest-style statistics of every call, plus the
+  per-round medians in ``params["round_p50"]`` for paired claims (``paired_p50``).
+- ``throughput``: ``max(counts)`` client processes, each with its own connection to every server,
+  follow one schedule of fixed phases (round, client count, configuration): in a phase the first
+  ``n`` clients call echo back to back and count the calls completed inside it. Calls/s of a phase =
+  total calls / phase length. Processes start once for all phases (starting 16 Python processes per
+  point would cost more than the measurement); a start file written after every client reported
+  ready fixes the schedule's time zero.
+
+A configuration is ``(transport, buffers)``; its name is ``transport=T,buffers=B,net=N``. The server
+(``python -m pytest_hpcnet.workloads.rpc serve``) is the reference ``RpcServer`` with the built-in
+echo and ping plus two methods the conformance suite needs: ``sleepEcho`` (sleeps the milliseconds
+in the payload's first two bytes, big-endian, then echoes) and ``fail`` (raises ``ValueError`` with
+the payload as message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+from ..cluster.pool import Launchers, finish, wait_for_line
+from ..errors import HpcnetError
+
+if TYPE_CHECKING:
+    from ..measure import Measurement, Paired
+
+# ``measure`` (numpy + scipy) is imported inside the functions that build Measurements: the server and
+# client processes this module also runs as must start fast, and scipy alone takes ~0.5 s to import.
+
+LATENCY_METRIC = "rpc.echo.rtt"
+THROUGHPUT_METRIC = "rpc.echo.calls_per_second"
+SWEEP_SIZES = (1, 64, 1024, 16384, 65536, 1 << 20)
+CLIENT_COUNTS = (1, 2, 4, 8, 16)
+CONFIGS = (("tcp", "pooled"), ("tcp", "naive"), ("shm", "pooled"), ("shm", "naive"))
+LISTENING = r"^listening on (\S+) (\S+):(\d+) "
+
+
+def config_name(transport: str, buffers: str, network: str = "eth") -> str:
+    return f"transport={transport},buffers={buffers},net={network}"
+
+
+def iterations_for(size: int, small: int) -> int:
+    """Calls per round for a payload size: ``small`` up to 4 KiB, fewer for big payloads (a 1 MiB echo
+    takes milliseconds, and its median needs far fewer samples to settle)."""
+    if size <= 4096:
+        return small
+    if size <= 65536:
+        return max(2, small // 4)
+    return max(2, small // 20)
+
+
+# -- servers ----------------------------------------------------------------------------------
+@dataclass
+class Served:
+    transport: str
+    buffers: str
+    host: str
+    port: int
+    proc: object
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.host, self.port
+
+    @property
+    def spec(self) -> str:
+        return f"{self.transport}:{self.buffers}:{self.host}:{self.port}"
+
+
+def start_server(launchers: Launchers, node, *, transport: str, buffers: str, network: str = "eth",
+                 handlers: int = 8, dispatch: str = "auto", max_data_length: int | None = None) -> Served:
+    """Start the echo server on ``node``; returns once it listens. Kill it with ``served.proc.kill()``."""
+    argv = [sys.executable, "-m", __name__, "serve", "--host", node.address(network), "--port", "0",
+            "--transport", transport, "--buffers", buffers, "--handlers", str(handlers),
+            "--dispatch", dispatch]
+    if max_data_length is not None:
+        argv += ["--max-data-length", str(max_data_length)]
+    proc = launchers.start(node, argv)
+    try:
+        m = wait_for_line(proc, LISTENING)
+    except BaseException:
+        proc.kill()
+        raise
+    return Served(transport, buffers, m.group(2), int(m.group(3)), proc)
+
+
+@contextlib.contextmanager
+def servers(launchers: Launchers, node, configs=CONFIGS, **options):
+    """One running server per configuration on ``node``; all killed on exit."""
+    started: list[Served] = []
+    try:
+        for transport, buffers in configs:
+            started.append(start_server(launchers, node, transport=transport, buffers=buffers, **options))
+        yield started
+    finally:
+        for s in started:
+            s.proc.kill()
+
+
+# -- latency ----------------------------------------------------------------------------------
+def latency_sweep(launchers: Launchers, server_node, client_node, *, configs=CONFIGS,
+                  sizes: Sequence[int] = SWEEP_SIZES, rounds: int = 10, iterations: int = 40,
+                  warmup: int = 20, network: str = "eth", timeout: float = 300) -> list[Measurement]:
+    """Echo round-trip latency per configuration and payload size (see the module docstring)."""
+    from ..measure import measurement
+    with servers(launchers, server_node, configs, network=network) as served:
+        argv = [sys.executable, "-m", __name__, "sweep", "--servers", ",".join(s.spec for s in served),
+                "--sizes", ",".join(map(str, sizes)), "--rounds", str(rounds),
+                "--iterations", str(iterations), "--warmup", str(warmup)]
+        out, _ = finish(launchers.start(client_node, argv), timeout)
+    results = json.loads(out)
+    measurements = []
+    for s in served:
+        for size in sizes:
+            per_round = results[s.spec][str(size)]
+            samples = [x for r in per_round for x in r]
+            measurements.append(measurement(
+                LATENCY_METRIC, samples, unit="us", direction="lower",
+                config=config_name(s.transport, s.buffers, network), nodes=(client_node.name, server_node.name),
+                params={"size": size, "round_trip": True, "rounds": rounds,
+                        "round_p50": [statistics.median(r) for r in per_round]}))
+    return measurements
+
+
+def paired_p50(measurements: Iterable[Measurement], baseline: str, candidate: str, size: int) -> Paired:
+    """Per-round median latencies of two configurations at one size, paired by round."""
+    from ..measure import Paired
+    found = {}
+    for m in measurements:
+        if m.metric == LATENCY_METRIC and m.params.get("size") == size and m.config in (baseline, candidate):
+            found[m.config] = m.params["round_p50"]
+    missing = {baseline, candidate} - set(found)
+    if missing:
+        raise HpcnetError(f"no {LATENCY_METRIC} at {size} B for {', '.join(sorted(missing))}")
+    return Paired(baseline, candidate, found[baseline], found[candidate])
+
+
+def _connect(spec: str, timeout: float = 30.0):
+    from ..reference.rpc import RpcClient
+    transport, buffers, host, port = spec.split(":")
+    return RpcClient((host, int(port)), transport=transport, buffers=buffers, timeout=timeout)
+
+
+def _sweep(specs: list[str], sizes: list[int], rounds: int, iterations: int, warmup: int) -> dict:
+    clients = {spec: _connect(spec) for spec in specs}
+    payloads = {size: bytes(size) for size in sizes}
+    out = {spec: {str(size): [] for size in sizes} for spec in specs}
+    clock = time.perf_counter_ns
+    try:
+        for spec, c in clients.items():
+            for size in sizes:
+                for _ in range(max(1, iterations_for(size, warmup))):
+                    c.echo(payloads[size])
+        for _ in range(rounds):
+            for size in sizes:
+                n = iterations_for(size, iterations)
+                for spec, c in clients.items():
+                    payload, samples = payloads[size], []
+                    for _ in range(n):
+                        t0 = clock()
+                        reply = c.echo(payload)
+                        samples.append((clock() - t0) / 1000.0)
+                        if len(reply) != size:
+                            raise HpcnetError(f"{spec}: echo of {size} B returned {len(reply)} B")
+                    out[spec][str(size)].append(samples)
+    finally:
+        for c in clients.values():
+            c.close()
+    return out
+
+
+# -- throughput -------------------------------------------------------------------------------
+def throughput(launchers: Launchers, server_node, client_node, start_dir, *, configs=CONFIGS,
+               counts: Sequence[int] = CLIENT_COUNTS, rounds: int = 2, seconds: float = 0.4,
+               size: int = 64, network: str = "eth", timeout: float = 300) -> list[Measurement]:
+    """Aggregate echo calls/s per configuration and client count, each client a separate process on
+    ``client_node``. ``start_dir`` is a directory on ``client_node`` for the start file. One
+    ``Measurement`` per (configuration, count); its samples are the per-round figures."""
+    from ..measure import measurement
+    nprocs = max(counts)
+    start_file = os.path.join(str(start_dir), f"rpc-throughput-start-{os.getpid()}-{time.time_ns()}")
+    with servers(launchers, server_node, configs, network=network) as served:
+        specs = ",".join(s.spec for s in served)
+        procs = [launchers.start(client_node, [
+            sys.executable, "-m", __name__, "load", "--servers", specs, "--index", str(i),
+            "--counts", ",".join(map(str, counts)), "--rounds", str(rounds), "--seconds", str(seconds),
+            "--size", str(size), "--start-file", start_file]) for i in range(nprocs)]
+        try:
+            for p in procs:
+                wait_for_line(p, r"^ready$", timeout=120)
+            # time zero a little ahead, so every client is polling for it when it comes
+            launchers.run(client_node, [sys.executable, "-c",
+                                        f"import time; open({start_file!r}, 'w').write(str(time.time() + 0.2))"],
+                          timeout=60)
+            outputs = [json.loads(finish(p, timeout)[0]) for p in procs]
+        finally:
+            for p in procs:
+                p.kill()
+            launchers.run(client_node, [sys.executable, "-c",
+                                        f"import os; os.path.exists({start_file!r}) and os.unlink({start_file!r})"],
+                          timeout=60)
+    measurements = []
+    for s in served:
+        for n in counts:
+            per_round = []
+            for r in range(rounds):
+                key = _phase_key(r, n, s.spec)
+                per_round.append(sum(o.get(key, 0) for o in outputs) / seconds)
+            measurements.append(measurement(
+                THROUGHPUT_METRIC, per_round, unit="calls/s", direction="higher",
+                config=config_name(s.transport, s.buffers, network), nodes=(client_node.name, server_node.name),
+                params={"clients": n, "size": size, "seconds": seconds, "rounds": rounds}))
+    return measurements
+
+
+def _phase_key(rnd: int, count: int, spec: str) -> str:
+    return f"{rnd}/{count}/{spec}"
+
+
+GAP = 0.05   # seconds between phases: the previous phase's last calls drain
+
+
+def _load(specs: list[str], index: int, counts: list[int], rounds: int, seconds: float, size: int,
+          start_file: str) -> dict:
+    clients = {spec: _connect(spec) for spec in specs}
+    payload = bytes(size)
+    try:
+        for c in clients.values():
+            for _ in range(20):
+                c.echo(payload)
+        print("ready", flush=True)
+        while not os.path.exists(start_file):
+            time.sleep(0.002)
+        time.sleep(0.01)   # the writer may still be writing
+        with open(start_file) as f:
+            t = float(f.read())
+        done = {}
+        for r in range(rounds):
+            for n in counts:
+                for spec in specs:
+                    begin, end = t, t + seconds
+                    t = end + GAP
+                    if index >= n:
+                        continue
+                    c = clients[spec]
+                    while time.time() < begin:
+                        time.sleep(min(0.001, max(0.0, begin - time.time())))
+                    calls = 0
+                    while True:
+                        c.echo(payload)
+                        if time.time() > end:
+                            break
+                        calls += 1
+                    done[_phase_key(r, n, spec)] = calls
+        return done
+    finally:
+        for c in clients.values():
+            c.close()
+
+
+# -- processes --------------------------------------------------------------------------------
+def _serve(args) -> int:
+    import signal
+    import struct
+    import threading
+
+    from ..reference.rpc import RpcServer, wire
+
+    def sleep_echo(request):
+        (ms,) = struct.unpack(">H", request.payload[:2].rjust(2, b"\0"))
+        time.sleep(ms / 1000)
+        return wire.EchoResponseProto(payload=request.payload)
+
+    def fail(request):
+        raise ValueError(request.payload.decode(errors="replace"))
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    options = {"max_data_length": args.max_data_length} if args.max_data_length else {}
+    server = RpcServer(transport=args.transport, host=args.host, port=args.port, buffers=args.buffers,
+                       handlers=args.handlers, dispatch=args.dispatch, **options)
+    server.register("sleepEcho", wire.EchoRequestProto, sleep_echo)
+    server.register("fail", wire.EchoRequestProto, fail)
+    server.start()
+    host, port = server.address
+    print(f"listening on {args.transport} {host}:{port} (buffers={args.buffers})", flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.stop()
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m {__name__}")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=0)
+    s.add_argument("--transport", default="tcp")
+    s.add_argument("--buffers", default="pooled")
+    s.add_argument("--handlers", type=int, default=8)
+    s.add_argument("--dispatch", default="auto")
+    s.add_argument("--max-data-length", type=int, default=None)
+    w = sub.add_parser("sweep")
+    w.add_argument("--servers", required=True)
+    w.add_argument("--sizes", required=True)
+    w.add_argument("--rounds", type=int, default=10)
+    w.add_argument("--iterations", type=int, default=40)
+    w.add_argument("--warmup", type=int, default=20)
+    ld = sub.add_parser("load")
+    ld.add_argument("--servers", required=True)
+    ld.add_argument("--index", type=int, required=True)
+    ld.add_argument("--counts", required=True)
+    ld.add_argument("--rounds", type=int, default=2)
+    ld.add_argument("--seconds", type=float, default=0.4)
+    ld.add_argument("--size", type=int, default=64)
+    ld.add_argument("--start-file", required=True)
+    args = parser.parse_args(argv)
+    try:
+        if args.cmd == "serve":
+            return _serve(args)
+        specs = args.servers.split(",")
+        if args.cmd == "sweep":
+            result = _sweep(specs, [int(x) for x in args.sizes.split(",")], args.rounds, args.iterations,
+                            args.warmup)
+        else:
+            result = _load(specs, args.index, [int(x) for x in args.counts.split(",")], args.rounds,
+                           args.seconds, args.size, args.start_file)
+    except (HpcnetError, OSError) as e:
+        print(f"rpc workload {args.cmd}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    json.dump(result, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""Fixtures of the rpc suite: a server node and a client node, and echo servers started on the server
+node through the cluster's launchers (``pytest_hpcnet.workloads.rpc``). ``server`` is shared by a
+module's tests per transport (a server start costs ~1 s on a busy 2-core box, and the conformance
+tests check that the server keeps serving after whatever they did to it); ``serve`` starts fresh ones
+that are killed after the test."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_hpcnet.workloads import rpc as wr
+
+TRANSPORTS = ["tcp", "shm"]
+
+
+@pytest.fixture(scope="session")
+def nodes(cluster):
+    """(server node, client node): two different nodes of the cluster under test."""
+    if len(cluster.nodes) < 2:
+        pytest.skip(f"needs two nodes, cluster {cluster.source} has {len(cluster.nodes)}")
+    return cluster.nodes[1], cluster.nodes[0]
+
+
+def skip_unless_same_host(nodes) -> None:
+    """shm reaches only a server on this host (and network namespace): skip with the reason elsewhere."""
+    server, client = nodes
+    if server.host != client.host or server.launcher != "local":
+        pytest.skip(f"shm needs the server on this host; node {server.name} is on {server.host} "
+                    f"via {server.launcher}")
+
+
+class _Starter:
+    def __init__(self, launchers, node):
+        self.launchers, self.node, self.started = launchers, node, []
+
+    def __call__(self, transport: str, buffers: str = "pooled", **options) -> wr.Served:
+        s = wr.start_server(self.launchers, self.node, transport=transport, buffers=buffers, **options)
+        self.started.append(s)
+        return s
+
+    def stop(self) -> None:
+        for s in self.started:
+            s.proc.kill()
+
+
+@pytest.fixture
+def serve(nodes, launchers):
+    """``serve(transport, buffers="pooled", **options) -> Served`` on the server node."""
+    starter = _Starter(launchers, nodes[0])
+    yield starter
+    starter.stop()
+
+
+@pytest.fixture(scope="module", params=TRANSPORTS)
+def transport(request, nodes):
+    if request.param == "shm":
+        skip_unless_same_host(nodes)
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def server(nodes, launchers, transport):
+    """An echo server (echo, ping, sleepEcho, fail) over ``transport`` on the server node."""
+    starter = _Starter(launchers, nodes[0])
+    yield starter(transport)
+    starter.stop()

@@ -1,0 +1,181 @@
+"""RPC conformance against a server running on a cluster node: framing, call-id matching, out-of-order
+responses, handler errors, timeouts, the data length limit, malformed input and many connections --
+over tcp and shm. The test process is the client (it needs to see exceptions and bytes).
+
+The hand-built golden packets (design §8) are checked byte for byte in tests/reference/test_rpc_wire.py;
+here framing is checked on whatever server the suite is pointed at.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from pytest_hpcnet.reference.rpc import RpcClient, RpcConnectionLost, RpcRemoteError, RpcTimeout, wire
+from pytest_hpcnet.reference.transport import TransportClosed, TransportError, get_transport
+
+E = wire.RpcResponseHeaderProto
+CLIENT_ID = bytes(range(16))
+
+
+def client(server, **kw) -> RpcClient:
+    return RpcClient(server.address, transport=server.transport, buffers=server.buffers,
+                     timeout=kw.pop("timeout", 20), **kw)
+
+
+def sleep_echo(c: RpcClient, ms: int, tag: bytes, timeout=None) -> bytes:
+    request = wire.EchoRequestProto(payload=struct.pack(">H", ms) + tag)
+    return c.call("sleepEcho", request, wire.EchoResponseProto, timeout).payload[2:]
+
+
+def raw_connection(server):
+    """A bare transport connection that has sent a valid preamble and connection context."""
+    conn = get_transport(server.transport).connect(server.address, timeout=10)
+    conn.send_raw(wire.PREAMBLE, timeout=10)
+    conn.send(wire.delimited(wire.request_header(wire.CONNECTION_CONTEXT_CALL_ID, CLIENT_ID),
+                             wire.connection_context("suite", wire.ECHO_PROTOCOL)), timeout=10)
+    return conn
+
+
+def test_one_call_is_one_length_framed_packet_of_delimited_messages(server):
+    """Request and response framing, read at the transport level: a 4-byte length covering exactly
+    a delimited RpcResponseHeaderProto and a delimited EchoResponseProto, call id and client id echoed."""
+    conn = raw_connection(server)
+    try:
+        rh = wire.RequestHeaderProto(methodName="echo", declaringClassProtocolName=wire.ECHO_PROTOCOL,
+                                     clientProtocolVersion=wire.PROTOCOL_VERSION)
+        conn.send(wire.delimited(wire.request_header(7, CLIENT_ID), rh, wire.EchoRequestProto(payload=b"frame")),
+                  timeout=10)
+        packet = conn.recv(timeout=10)
+        view = packet.view
+        header_bytes, pos = wire.read_delimited(view, 0)
+        body, end = wire.read_delimited(view, pos)
+        assert end == len(view), "bytes after the response message inside the packet"
+        header = E.FromString(bytes(header_bytes))
+        assert (header.callId, header.status, header.serverIpcVersionNum, header.clientId) == \
+            (7, wire.SUCCESS, 9, CLIENT_ID)
+        assert wire.EchoResponseProto.FromString(bytes(body)).payload == b"frame"
+        packet.release()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("size", [0, 1, 4095, 65536, (2 << 20) + 3])
+def test_echo_is_byte_exact_at_every_size(server, size):
+    payload = bytes((i * 7 + size) & 0xFF for i in range(size))
+    with client(server) as c:
+        assert c.echo(payload) == payload
+
+
+def test_concurrent_calls_on_one_connection_are_matched_by_call_id(server):
+    with client(server) as c:
+        def work(t):
+            return [c.echo(f"{t}:{i}".encode()) == f"{t}:{i}".encode() for i in range(40)]
+        with ThreadPoolExecutor(8) as pool:
+            assert all(all(r) for r in pool.map(work, range(8)))
+
+
+def test_responses_come_back_out_of_order(server):
+    """A slow call issued first does not hold up a fast one issued after it on the same connection."""
+    with client(server) as c:
+        finished = []
+        slow = threading.Thread(target=lambda: finished.append(sleep_echo(c, 600, b"slow")))
+        slow.start()
+        time.sleep(0.1)
+        assert sleep_echo(c, 0, b"fast") == b"fast"
+        finished.append(b"fast")
+        slow.join(10)
+        assert finished == [b"fast", b"slow"]
+
+
+def test_handler_error_is_an_error_response_and_the_connection_stays(server):
+    with client(server) as c:
+        with pytest.raises(RpcRemoteError) as info:
+            c.call("fail", wire.EchoRequestProto(payload=b"no such block blk_42"), wire.EchoResponseProto)
+        assert info.value.class_name == "builtins.ValueError"
+        assert info.value.message == "no such block blk_42" and not info.value.fatal
+        with pytest.raises(RpcRemoteError) as info:
+            c.call("noSuchMethod", wire.EmptyRequestProto(), wire.EmptyResponseProto)
+        assert info.value.error_detail == E.ERROR_NO_SUCH_METHOD
+        assert c.echo(b"still here") == b"still here"
+
+
+def test_call_timeout_is_raised_in_time_and_the_connection_still_works(server):
+    with client(server) as c:
+        t0 = time.monotonic()
+        with pytest.raises(RpcTimeout):
+            sleep_echo(c, 1500, b"late", timeout=0.2)
+        assert time.monotonic() - t0 < 1.2   # well before the server answers
+        assert c.echo(b"next") == b"next"    # the late answer, when it comes, is dropped
+
+
+def test_over_the_maximum_data_length_is_fatal_and_others_keep_being_served(serve, transport):
+    server = serve(transport, max_data_length=4096)
+    with client(server) as ok, client(server) as big:
+        with pytest.raises(RpcConnectionLost) as info:
+            big.echo(bytes(8192))
+        assert "ipc.maximum.data.length" in str(info.value)
+        with pytest.raises(RpcConnectionLost):
+            big.echo(b"after fatal")
+        assert ok.echo(bytes(3000)) == bytes(3000)
+
+
+def _fatal_or_closed(conn) -> int | None:
+    """The errorDetail of a FATAL answer, or None if the server just closed the connection."""
+    try:
+        packet = conn.recv(timeout=10)
+    except TransportClosed:
+        return None
+    header = E.FromString(bytes(wire.read_delimited(packet.view, 0)[0]))
+    assert header.status == wire.FATAL
+    return header.errorDetail
+
+
+@pytest.mark.parametrize("case", ["not hrpc", "version 8", "sasl", "garbage header", "overrun", "truncated"])
+def test_malformed_input_closes_that_connection_and_the_server_keeps_serving(server, case):
+    conn = get_transport(server.transport).connect(server.address, timeout=10)
+    try:
+        preamble = {"not hrpc": b"GET / H", "version 8": b"hrpc\x08\x00\x00",
+                    "sasl": b"hrpc\x09\x00\xdf"}.get(case, wire.PREAMBLE)
+        conn.send_raw(preamble, timeout=10)
+        expected = {"not hrpc": None, "version 8": E.FATAL_VERSION_MISMATCH, "sasl": E.FATAL_UNAUTHORIZED}
+        if case == "garbage header":
+            conn.send([b"\x07" + b"\xff" * 7], timeout=10)
+            expected[case] = E.FATAL_INVALID_RPC_HEADER
+        elif case in ("overrun", "truncated"):
+            conn.send(wire.delimited(wire.request_header(-3, CLIENT_ID),
+                                     wire.connection_context("suite", wire.ECHO_PROTOCOL)), timeout=10)
+            if case == "overrun":
+                conn.send([b"\x7f\x01\x02"], timeout=10)   # a delimited length past the packet's end
+                expected[case] = E.FATAL_DESERIALIZING_REQUEST
+            else:
+                conn.send_raw(b"\x00\x00\x01\x00abc", timeout=10)   # 256 bytes announced, 3 sent
+        if case == "truncated":
+            conn.close()   # the server must drop the half packet, not wait for it forever
+        else:
+            assert _fatal_or_closed(conn) == expected[case]
+    except TransportError as e:   # the server may close before all our bytes are written
+        assert case in ("not hrpc", "version 8", "sasl"), e
+    finally:
+        conn.close()
+    with client(server) as c:
+        assert c.echo(b"served") == b"served"
+
+
+def test_more_than_a_hundred_concurrent_connections(server):
+    clients = []
+    try:
+        for _ in range(110):
+            clients.append(client(server))
+        with ThreadPoolExecutor(16) as pool:
+            replies = list(pool.map(lambda ic: ic[1].echo(b"%d" % ic[0]), enumerate(clients)))
+        assert replies == [b"%d" % i for i in range(len(clients))]
+    finally:
+        for c in clients:
+            c.close()
+    with client(server) as c:
+        assert c.echo(b"after") == b"after"
