@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_hpcnet.cli import main
 from pytest_hpcnet.measure import measurement
 from pytest_hpcnet.report import asv_site
 from pytest_hpcnet.report.html import write_html
@@ -234,7 +235,10 @@ def _record() -> RunRecord:
 
 
 def test_html_report_renders_every_chart_without_errors(browser, tmp_path):
-    path = write_html(_record(), tmp_path)
+    """A recorded run, through `hpcnet report RUN.json -o DIR`, opened from disk."""
+    record_path = _record().write(tmp_path / "runs")
+    assert main(["report", str(record_path), "-o", str(tmp_path / "html"), "-q"]) == 0
+    path = tmp_path / "html" / "browser-check.html"
     page = browser.open(path.as_uri())
     charts = page.evaluate(MEASURE_CHARTS)
     assert [c["kind"] for c in charts] == ["bar", "bar", "cdf"]   # dfsio bars; rpc bars + CDF
