@@ -42,6 +42,11 @@ def launchers(cluster, tmp_path_factory):
 def engine(cluster, launchers):
     with Engine(cluster, launchers) as engine:
         yield engine
+        pids = [engine.worker_process(name).pid for name in engine.workers]
+    # shm shuffle regions are named after their owner's pid; the workers must have released theirs
+    leaked = [p.name for p in Path("/dev/shm").glob("hpcnet-region-*")
+              if any(p.name.startswith(f"hpcnet-region-{pid}-") for pid in pids)]
+    assert not leaked, f"engine workers left shared memory behind: {leaked}"
 
 
 @pytest.fixture(scope="module")

@@ -115,6 +115,7 @@ class ShuffleServer:
         self._listener = get_transport(transport).listen(host, 0)
         self.address = tuple(self._listener.address)
         self._stop = threading.Event()
+        self._regions: set = set()     # live one-sided regions, closed with the server
         threading.Thread(target=self._accept_loop, name=f"shuffle-{transport}", daemon=True).start()
 
     def _accept_loop(self) -> None:
@@ -149,7 +150,9 @@ class ShuffleServer:
                             size = max(length, MIN_REGION, 2 * region.length if region is not None else 0)
                             if region is not None:
                                 region.close()
+                                self._regions.discard(region)
                             region = conn.register(size)
+                            self._regions.add(region)
                         read_segment(base, reduce, into=region.view[:length])
                         reply = [REGION, json.dumps({"region": asdict(region.remote()), "size": length}).encode()]
                     else:
@@ -162,11 +165,17 @@ class ShuffleServer:
         finally:
             if region is not None:
                 region.close()
+                self._regions.discard(region)
             conn.close()
 
     def close(self) -> None:
+        """Stop accepting and release every region (the serving threads are daemons: at process exit
+        nothing else would unlink the shared memory)."""
         self._stop.set()
         self._listener.close()
+        for region in list(self._regions):
+            region.close()
+        self._regions.clear()
 
 
 # -- the client ----------------------------------------------------------------------------------------
