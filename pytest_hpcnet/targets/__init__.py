@@ -34,3 +34,4 @@ def load_target(name: str, where: str | None = None) -> Target:
 
 
 from . import reference  # noqa: E402,F401  (registers itself)
+from . import hadoop  # noqa: E402,F401  (registers "hadoop")
