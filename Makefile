@@ -8,7 +8,7 @@ SUITES ?= suites
 TESTS  ?= tests suites
 PYTEST_ARGS ?=
 
-.PHONY: setup run test clean
+.PHONY: setup run test clean asv-assets
 
 setup: $(STAMP)
 
@@ -18,10 +18,18 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# The run's tables print at the end of pytest; the HTML report is written next to the run record.
 run: setup
-	$(PY) -m pytest $(SUITES) -p no:cacheprovider $(PYTEST_ARGS)
+	@$(PY) -m pytest $(SUITES) -p no:cacheprovider $(PYTEST_ARGS); status=$$?; \
+	record=$$(ls -t .hpcnet/*.json 2>/dev/null | head -n 1); \
+	if [ -n "$$record" ]; then $(VENV)/bin/hpcnet report "$$record" -q; fi; exit $$status
 
-test: setup
+# asv's published site loads its JavaScript from CDNs; fetch local copies once (npm registry) so the
+# browser check works offline. Without npm the asv part of that check skips and says why.
+asv-assets: setup
+	-@$(VENV)/bin/hpcnet asv-site fetch || echo "asv site assets unavailable: the asv browser check will skip"
+
+test: setup asv-assets
 	$(PY) -m pytest $(TESTS) -p no:cacheprovider -n 2 --dist loadfile $(PYTEST_ARGS)
 
 clean:
