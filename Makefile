@@ -29,8 +29,10 @@ run: setup
 asv-assets: setup
 	-@$(VENV)/bin/hpcnet asv-site fetch || echo "asv site assets unavailable: the asv browser check will skip"
 
+# pytest's exit 5 (no tests collected) is a failure here, said in words: CI must never pass on nothing.
 test: setup asv-assets
-	$(PY) -m pytest $(TESTS) -p no:cacheprovider -n 2 --dist loadfile $(PYTEST_ARGS)
+	@$(PY) -m pytest $(TESTS) -p no:cacheprovider -n 2 --dist loadfile $(PYTEST_ARGS); status=$$?; \
+	if [ $$status = 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$status
 
 clean:
 	rm -rf $(VENV) .hpcnet .pytest_cache build *.egg-info
