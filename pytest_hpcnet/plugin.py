@@ -45,9 +45,18 @@ def _settings(config) -> dict:
     return out
 
 
+# Markers that are not hardware features: what else a test needs.
+OTHER_MARKERS = {
+    "hadoop": "needs Apache Hadoop: Java and the jars of targets/hadoop (skipped with the reason otherwise)",
+    "slow": "takes minutes rather than seconds (deselect with -m 'not slow')",
+}
+
+
 def pytest_configure(config):
     for name, description in FEATURES.items():
         config.addinivalue_line("markers", f"{name}: needs hardware feature '{name}' on every node ({description})")
+    for name, description in OTHER_MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {description}")
     if config.option.help or config.option.showfixtures or getattr(config.option, "markers", False):
         return
     workerinput = getattr(config, "workerinput", None)
