@@ -23,12 +23,15 @@ COMMAND_MODULES = (
     "pytest_hpcnet.reference.mapreduce.commands",
     "pytest_hpcnet.reference.rpc.cli",
     "pytest_hpcnet.workloads.dfsio.commands",
+    "pytest_hpcnet.crosscheck",
     "pytest_hpcnet.vm.commands",
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hpcnet", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="hpcnet", description="pytest-hpcnet tools: probe nodes, generate and check data, run the "
+        "reference RPC, DFS and MapReduce by hand, read and compare run records.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).add_commands(sub)
