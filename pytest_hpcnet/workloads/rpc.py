@@ -3,8 +3,9 @@
 - ``latency_sweep``: one client process holds a connection to every configuration's server and times
   echo round trips (RTT, not RTT/2) over payload sizes in interleaved rounds (round r: every size,
   every configuration), so drift on a shared machine falls on all configurations alike. One
-  ``Measurement`` per (configuration, size) with perftest-style statistics of every call, plus the
-  per-round medians in ``params["round_p50"]`` for paired claims (``paired_p50``).
+  ``Measurement`` per (configuration, size) with perftest-style statistics of every call; its samples
+  are in round order, ``params["rounds"]`` equal slices, so ``round_p50`` gives per-round medians
+  for paired claims (``paired_p50``).
 - ``throughput``: ``max(counts)`` client processes, each with its own connection to every server,
   follow one schedule of fixed phases (round, client count, configuration): in a phase the first
   ``n`` clients call echo back to back and count the calls completed inside it. Calls/s of a phase =
@@ -12,7 +13,9 @@
   point would cost more than the measurement); a start file written after every client reported
   ready fixes the schedule's time zero.
 
-A configuration is ``(transport, buffers)``; its name is ``transport=T,buffers=B,net=N``. The server
+A configuration is ``(transport, buffers)`` or ``(transport, buffers, network)`` (the network whose
+address the server listens on; the workload's ``network`` otherwise); its name is
+``transport=T,buffers=B,net=N``. The server
 (``python -m pytest_hpcnet.workloads.rpc serve``) is the reference ``RpcServer`` with the built-in
 echo and ping plus two methods the conformance suite needs: ``sleepEcho`` (sleeps the milliseconds
 in the payload's first two bytes, big-endian, then echoes) and ``fail`` (raises ``ValueError`` with
@@ -70,6 +73,11 @@ class Served:
     host: str
     port: int
     proc: object
+    network: str = "eth"
+
+    @property
+    def config(self) -> str:
+        return config_name(self.transport, self.buffers, self.network)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -94,7 +102,7 @@ def start_server(launchers: Launchers, node, *, transport: str, buffers: str, ne
     except BaseException:
         proc.kill()
         raise
-    return Served(transport, buffers, m.group(2), int(m.group(3)), proc)
+    return Served(transport, buffers, m.group(2), int(m.group(3)), proc, network)
 
 
 @contextlib.contextmanager
@@ -102,8 +110,9 @@ def servers(launchers: Launchers, node, configs=CONFIGS, **options):
     """One running server per configuration on ``node``; all killed on exit."""
     started: list[Served] = []
     try:
-        for transport, buffers in configs:
-            started.append(start_server(launchers, node, transport=transport, buffers=buffers, **options))
+        for transport, buffers, *net in configs:
+            opts = dict(options, network=net[0]) if net else options
+            started.append(start_server(launchers, node, transport=transport, buffers=buffers, **opts))
         yield started
     finally:
         for s in started:
@@ -129,10 +138,16 @@ def latency_sweep(launchers: Launchers, server_node, client_node, *, configs=CON
             samples = [x for r in per_round for x in r]
             measurements.append(measurement(
                 LATENCY_METRIC, samples, unit="us", direction="lower",
-                config=config_name(s.transport, s.buffers, network), nodes=(client_node.name, server_node.name),
-                params={"size": size, "round_trip": True, "rounds": rounds,
-                        "round_p50": [statistics.median(r) for r in per_round]}))
+                config=s.config, nodes=(client_node.name, server_node.name),
+                params={"size": size, "round_trip": True, "rounds": rounds}))
     return measurements
+
+
+def round_p50(m: Measurement) -> list[float]:
+    """Per-round medians of a latency sweep measurement (its samples are ``rounds`` equal slices)."""
+    rounds = m.params["rounds"]
+    k = len(m.samples) // rounds
+    return [statistics.median(m.samples[r * k:(r + 1) * k]) for r in range(rounds)]
 
 
 def paired_p50(measurements: Iterable[Measurement], baseline: str, candidate: str, size: int) -> Paired:
@@ -141,11 +156,19 @@ def paired_p50(measurements: Iterable[Measurement], baseline: str, candidate: st
     found = {}
     for m in measurements:
         if m.metric == LATENCY_METRIC and m.params.get("size") == size and m.config in (baseline, candidate):
-            found[m.config] = m.params["round_p50"]
+            found[m.config] = round_p50(m)
     missing = {baseline, candidate} - set(found)
     if missing:
         raise HpcnetError(f"no {LATENCY_METRIC} at {size} B for {', '.join(sorted(missing))}")
     return Paired(baseline, candidate, found[baseline], found[candidate])
+
+
+def peak_per_round(measurements: Iterable[Measurement], config: str) -> list[float]:
+    """Per round, the highest calls/s over the client counts measured for ``config``."""
+    rows = [m.samples for m in measurements if m.metric == THROUGHPUT_METRIC and m.config == config]
+    if not rows:
+        raise HpcnetError(f"no {THROUGHPUT_METRIC} for {config}")
+    return [max(r[i] for r in rows) for i in range(min(len(r) for r in rows))]
 
 
 def _connect(spec: str, timeout: float = 30.0):
@@ -205,7 +228,7 @@ def throughput(launchers: Launchers, server_node, client_node, start_dir, *, con
             launchers.run(client_node, [sys.executable, "-c",
                                         f"import time; open({start_file!r}, 'w').write(str(time.time() + 0.2))"],
                           timeout=60)
-            outputs = [json.loads(finish(p, timeout)[0]) for p in procs]
+            outputs = [json.loads(finish(p, timeout)[0].splitlines()[-1]) for p in procs]   # after "ready"
         finally:
             for p in procs:
                 p.kill()
@@ -221,7 +244,7 @@ def throughput(launchers: Launchers, server_node, client_node, start_dir, *, con
                 per_round.append(sum(o.get(key, 0) for o in outputs) / seconds)
             measurements.append(measurement(
                 THROUGHPUT_METRIC, per_round, unit="calls/s", direction="higher",
-                config=config_name(s.transport, s.buffers, network), nodes=(client_node.name, server_node.name),
+                config=s.config, nodes=(client_node.name, server_node.name),
                 params={"clients": n, "size": size, "seconds": seconds, "rounds": rounds}))
     return measurements
 

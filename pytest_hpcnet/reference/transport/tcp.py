@@ -70,19 +70,33 @@ class TcpConnection(StreamConnection):
         return n
 
     def _send_views(self, views: Sequence[Bytes], deadline: float) -> None:
+        # fast path: one sendmsg takes the whole gather list (the usual case for RPC-sized messages),
+        # with no per-part Python work
+        try:
+            sent = self.sock.sendmsg(views)   # blocks at most WAIT_SLICE (SO_SNDTIMEO)
+        except BlockingIOError:
+            sent = 0
+        except OSError as e:
+            raise TransportClosed(f"connection to {self.peer} failed: {e}") from None
+        if sent != sum(map(len, views)):
+            self._send_rest(views, sent, deadline)
+
+    def _send_rest(self, views: Sequence[Bytes], sent: int, deadline: float) -> None:
         views = [memoryview(v).cast("B") for v in views]
         try:
-            while views:
-                try:
-                    sent = self.sock.sendmsg(views)   # blocks at most WAIT_SLICE (SO_SNDTIMEO)
-                except BlockingIOError:
-                    remaining(deadline)
-                    continue
+            while True:
                 while views and sent >= len(views[0]):
                     sent -= len(views[0])
                     views.pop(0)
-                if views and sent:
+                if not views:
+                    return
+                if sent:
                     views[0] = views[0][sent:]
+                try:
+                    sent = self.sock.sendmsg(views)
+                except BlockingIOError:
+                    remaining(deadline)
+                    sent = 0
         except TransportTimeout:
             raise TransportTimeout(f"sending to {self.peer} did not finish within the timeout") from None
         except OSError as e:

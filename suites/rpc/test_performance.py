@@ -1,0 +1,112 @@
+"""RPC performance: echo latency sweep (1 B .. 1 MiB, round-trip) and calls/s with 1..16 client
+processes, per transport (tcp, shm) and buffer design (pooled, naive), plus in-process call timing
+through pytest-benchmark. The raw socket floor is recorded by test_socket_floor.py in the same run.
+
+Local claims (suites/rpc/claims.toml) are evaluated from the sweep's per-round medians (paired by
+round: every configuration ran in every round, interleaved) and from buffer counters.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_hpcnet.measure import measurement
+from pytest_hpcnet.reference.rpc import RpcClient, RpcServer
+from pytest_hpcnet.workloads import rpc as wr
+
+from conftest import skip_unless_same_host
+
+TCP_POOLED = wr.config_name("tcp", "pooled")
+TCP_NAIVE = wr.config_name("tcp", "naive")
+SHM_POOLED = wr.config_name("shm", "pooled")
+
+
+@pytest.fixture(scope="module")
+def configs(nodes):
+    server, client = nodes
+    if server.host == client.host and server.launcher == "local":
+        return wr.CONFIGS
+    return tuple(c for c in wr.CONFIGS if c[0] != "shm")   # shm reaches only this host
+
+
+@pytest.fixture(scope="module")
+def sweep(nodes, launchers, hpcnet, configs):
+    """One interleaved latency sweep shared by the tests below (rounds: ``--hpcnet-rounds``)."""
+    server, client = nodes
+    return wr.latency_sweep(launchers, server, client, configs=configs, rounds=hpcnet.rounds,
+                            iterations=20, warmup=20)
+
+
+def test_latency_sweep(sweep, measure, configs):
+    measure.record(*sweep)
+    assert {(m.config, m.params["size"]) for m in sweep} == \
+        {(wr.config_name(t, b), size) for t, b in configs for size in wr.SWEEP_SIZES}
+    for m in sweep:
+        s = m.stats
+        assert m.params["round_trip"] is True and m.unit == "us"
+        assert 0 < s["min"] <= s["median"] <= s["p99"] <= s["p99_9"] <= s["max"]
+
+
+def test_shm_latency_vs_tcp(sweep, nodes, claim):
+    skip_unless_same_host(nodes)
+    claim("rpc.local.shm_vs_tcp.latency", wr.paired_p50(sweep, TCP_POOLED, SHM_POOLED, 64))
+
+
+@pytest.mark.parametrize("size", [64, 65536])
+def test_pooled_latency_vs_naive(sweep, size, claim):
+    claim(f"rpc.local.pooled_vs_naive.latency_{size}", wr.paired_p50(sweep, TCP_NAIVE, TCP_POOLED, size))
+
+
+def test_throughput_with_client_processes(nodes, launchers, workdirs, measure, configs):
+    server, client = nodes
+    results = wr.throughput(launchers, server, client, workdirs[client.name], configs=configs,
+                            rounds=2, seconds=0.4)
+    measure.record(*results)
+    assert {(m.config, m.params["clients"]) for m in results} == \
+        {(wr.config_name(t, b), n) for t, b in configs for n in wr.CLIENT_COUNTS}
+    assert all(x > 0 for m in results for x in m.samples), "a phase completed no calls"
+
+
+@pytest.mark.parametrize("counter", ["allocations", "copies"])
+def test_pooled_buffers_allocate_and_copy_less_per_call(counter, measure, claim):
+    """Counters of both ends (in-process: the server's counters are internals), per call, paired rounds."""
+    def per_call(buffers: str):
+        with RpcServer(buffers=buffers) as s, RpcClient(s.address, buffers=buffers, timeout=20) as c:
+            for _ in range(5):
+                c.echo(bytes(1000))
+            (conn,) = list(s._conns)
+
+            def total():
+                return getattr(c.buffers.stats, counter) + getattr(conn.conn.buffers.stats, counter)
+            before = total()
+            for _ in range(50):
+                c.echo(bytes(1000))
+            return (total() - before) / 50
+    paired = measure.paired(("naive", lambda: per_call("naive")), ("pooled", lambda: per_call("pooled")),
+                            rounds=5, warmup=0)
+    measure.record(
+        measurement(f"rpc.buffers.{counter}_per_call", paired.baseline, unit="1/call", direction="lower",
+                    config=TCP_NAIVE, params={"size": 1000}),
+        measurement(f"rpc.buffers.{counter}_per_call", paired.candidate, unit="1/call", direction="lower",
+                    config=TCP_POOLED, params={"size": 1000}))
+    claim(f"rpc.local.pooled_vs_naive.{counter}", paired)
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_in_process_call_timing(transport, nodes, serve, benchmark, measure):
+    """Client-side echo timing with pytest-benchmark (``--benchmark-save/--benchmark-compare`` work on
+    it); its per-round times also go into the run record."""
+    if transport == "shm":
+        skip_unless_same_host(nodes)
+    server = serve(transport)
+    payload = bytes(64)
+    with RpcClient(server.address, transport=transport, timeout=20) as c:
+        benchmark.extra_info.update(transport=transport, size=64, round_trip=True)
+        benchmark.pedantic(c.echo, args=(payload,), rounds=400, iterations=1, warmup_rounds=50)
+    if benchmark.stats is None:   # --benchmark-disable: the call ran once, nothing was timed
+        return
+    samples_us = [x * 1e6 for x in benchmark.stats.stats.data]
+    measure.record(measurement("rpc.echo.rtt.in_process", samples_us, unit="us", direction="lower",
+                               config=wr.config_name(transport, "pooled"),
+                               nodes=("test-process", server.proc.node.name),
+                               params={"size": 64, "round_trip": True, "timer": "pytest-benchmark"}))
