@@ -23,7 +23,7 @@ from ...errors import ConfigError, HpcnetError
 from .runtime import HadoopRuntime
 
 APP_ID = re.compile(r"Submitted application (application_\d+_\d+)")
-COUNTER = re.compile(r"^\s+([A-Za-z_][\w .()/-]*?)=(-?\d+)\s*$", re.M)
+COUNTER = re.compile(r"^\s+([A-Za-z_][\w .:()/-]*?)=(-?\d+)\s*$", re.M)
 CALLS_PER_SECOND = re.compile(r"^Total calls per second: ([0-9.eE+-]+)\s*$", re.M)
 SORT_VALIDATED = "SUCCESS! Validated the MapReduce framework's 'sort' successfully."
 DFSIO_LABELS = {"Number of files": "nr_files", "Total MBytes processed": "total_mb",

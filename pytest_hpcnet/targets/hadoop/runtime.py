@@ -105,6 +105,7 @@ class HadoopRuntime:
         if program not in PROGRAMS:
             raise HadoopUnavailable(f"unknown Hadoop program {program!r} (known: {', '.join(PROGRAMS)})")
         p = PROGRAMS[program]
+        args = [str(a) for a in args]
         generic = [a for k, v in (defines or {}).items() for a in ("-D", f"{k}={v}")]
         if self.jar_dir is not None:
             return [self.java, *self.java_opts(), *(jvm_opts or []), "-cp", self.classpath(conf_dir),
@@ -159,7 +160,7 @@ def hadoop_version(jar_dir: Path) -> str | None:
 
 def find_java(env=os.environ) -> str:
     home = env.get("JAVA_HOME")
-    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java", path=env.get("PATH", os.defpath))
     if not java or not os.access(java, os.X_OK):
         raise HadoopUnavailable("no java: set JAVA_HOME or put java on PATH (Hadoop 3.4 needs Java 8-17)")
     return java

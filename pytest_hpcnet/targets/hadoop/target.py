@@ -21,11 +21,14 @@ from ...errors import ConfigError
 from .. import register
 from .runtime import HadoopUnavailable, find_runtime
 
-# Two configurations that differ in a real setting the sort path uses (spill buffer size).
+# Built-in configurations, each differing from "default" in one real setting: small jobs in the AM's
+# JVM or in their own containers (what a job costs in vcore-seconds), and the map-side spill buffer
+# that TeraSort's sort path uses.
 DEFAULT_CONFIGS = {
     "default": {},
-    "sort.mb=32": {"mapreduce.task.io.sort.mb": "32"},
-    "sort.mb=128": {"mapreduce.task.io.sort.mb": "128"},
+    "uber=off": {"mapreduce.job.ubertask.enable": "false"},
+    "sort.mb=16": {"mapreduce.task.io.sort.mb": "16"},
+    "sort.mb=64": {"mapreduce.task.io.sort.mb": "64"},
 }
 
 

@@ -1,0 +1,244 @@
+"""The Hadoop target's pieces that need no running Hadoop: parsers of its outputs, configurations,
+command lines, the crosscheck statistics, and the process-tree kill the MiniCluster relies on."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pytest_hpcnet.cli import main as hpcnet_main
+from pytest_hpcnet.crosscheck import Run, judge, parse_job, parse_rows, render, summarize
+from pytest_hpcnet.errors import ConfigError
+from pytest_hpcnet.targets import load_target
+from pytest_hpcnet.targets.hadoop import jobs, yarn
+from pytest_hpcnet.targets.hadoop.minicluster import (MiniCluster, kill_tree, read_hadoop_xml,
+                                                      write_client_conf)
+from pytest_hpcnet.targets.hadoop.runtime import HadoopRuntime, HadoopUnavailable, find_java, find_runtime
+
+STATUS = """2026-11-30 08:22:18,038 WARN  [main] util.NativeCodeLoader - Unable to load native-hadoop library
+Application Report : 
+\tApplication-Id : application_1796026727853_0002
+\tApplication-Name : TeraGen
+\tApplication-Type : MAPREDUCE
+\tStart-Time : 1796026889428
+\tFinish-Time : 1796026910275
+\tProgress : 100%
+\tState : FINISHED
+\tFinal-State : SUCCEEDED
+\tTracking-URL : http://localhost:19888/jobhistory/job/job_1796026727853_0002
+\tAggregate Resource Allocation : 10234 MB-seconds, 26 vcore-seconds
+\tAggregate Resource Preempted : 0 MB-seconds, 0 vcore-seconds
+\tDiagnostics : 
+"""
+
+DFSIO = """----- TestDFSIO ----- : write
+            Date & time: Mon Nov 30 08:30:00 UTC 2026
+        Number of files: 2
+ Total MBytes processed: 8
+      Throughput mb/sec: 41.03
+ Average IO rate mb/sec: 41.5
+  IO rate std deviation: 4.27
+     Test exec time sec: 27.94
+
+----- TestDFSIO ----- : read
+            Date & time: Mon Nov 30 08:31:00 UTC 2026
+        Number of files: 2
+ Total MBytes processed: 8
+      Throughput mb/sec: 200
+ Average IO rate mb/sec: 210.1
+  IO rate std deviation: .5
+     Test exec time sec: 20.1
+
+"""
+
+
+def test_app_status_report_parsed():
+    r = yarn.parse_app_status(STATUS)
+    assert (r.id, r.state, r.finalStatus, r.name) == ("application_1796026727853_0002", "FINISHED",
+                                                      "SUCCEEDED", "TeraGen")
+    assert (r.elapsedTime, r.vcoreSeconds, r.memorySeconds) == (20847, 26, 10234)
+
+
+def test_app_status_garbage_is_a_yarn_error():
+    with pytest.raises(yarn.YarnError, match="application -status"):
+        yarn.parse_app_status("Exception in thread main: no such application")
+
+
+def test_rest_apps_parsed():
+    body = json.dumps({"apps": {"app": [
+        {"id": "application_1_0001", "state": "FINISHED", "finalStatus": "SUCCEEDED", "elapsedTime": 31000,
+         "vcoreSeconds": 40, "memorySeconds": 51200, "name": "TeraGen", "queue": "default"},
+        {"id": "application_1_0002", "state": "RUNNING", "finalStatus": "UNDEFINED", "elapsedTime": 500,
+         "vcoreSeconds": 1, "memorySeconds": 384}]}})
+    a, b = yarn.parse_rest_apps(body)
+    assert a == yarn.AppRecord("application_1_0001", "FINISHED", "SUCCEEDED", 31000, 40, 51200, "TeraGen")
+    assert b.state == "RUNNING" and b.finalStatus == "UNDEFINED"
+    assert yarn.parse_rest_apps('{"apps": null}') == []
+    with pytest.raises(yarn.YarnError, match="not a /ws/v1/cluster/apps answer"):
+        yarn.parse_rest_apps("<html>404</html>")
+    with pytest.raises(yarn.YarnError):
+        yarn.parse_rest_apps('{"apps": {"app": [{"id": "x"}]}}')
+
+
+def test_dfsio_blocks_parsed():
+    write, read = jobs.parse_dfsio_blocks(DFSIO)
+    assert write == {"test_type": "write", "nr_files": 2, "total_mb": 8, "throughput": 41.03,
+                     "average_io_rate": 41.5, "io_rate_std": 4.27, "exec_sec": 27.94}
+    assert read["test_type"] == "read" and read["io_rate_std"] == 0.5
+    with pytest.raises(jobs.HadoopJobError, match="Throughput"):
+        jobs.parse_dfsio_blocks(DFSIO.replace("41.03", "fast"))
+    assert jobs.parse_dfsio_blocks("no block here\n") == []
+
+
+def test_teravalidate_report_and_counters_and_rpc_rate_parsed():
+    assert jobs.parse_teravalidate(["checksum\t139abefd74b2"]) == {"checksum": "139abefd74b2", "errors": [],
+                                                                    "valid": True}
+    bad = jobs.parse_teravalidate(["checksum\t1", "error\tmisorder in part-r-00001 between 41 and 40"])
+    assert not bad["valid"] and len(bad["errors"]) == 1
+    assert not jobs.parse_teravalidate([])["valid"]
+    out = "\tFile System Counters\n\t\tHDFS: Number of bytes written=1000000\n\t\tCHECKSUM=21555350172850\n"
+    counters = dict((k.strip(), int(v)) for k, v in jobs.COUNTER.findall(out))
+    assert counters["CHECKSUM"] == 21555350172850 and counters["HDFS: Number of bytes written"] == 1000000
+    bench = "Calls per second: 2950.0\n====== Results ======\nTotal calls per second: 2970.0\nCPU time per call"
+    assert jobs.CALLS_PER_SECOND.findall(bench) == ["2970.0"]
+    assert jobs.APP_ID.findall("impl.YarnClientImpl - Submitted application application_17_0003\n") == [
+        "application_17_0003"]
+
+
+def test_hadoop_target_configurations(tmp_path):
+    t = load_target("hadoop")
+    assert {"default", "uber=off"} <= set(t.configurations())
+    assert t.defines("uber=off") == {"mapreduce.job.ubertask.enable": "false"}
+    assert t.defines("-Dmapreduce.job.reduces=4,-Dmapreduce.task.io.sort.mb=64") == {
+        "mapreduce.job.reduces": "4", "mapreduce.task.io.sort.mb": "64"}
+    with pytest.raises(ConfigError, match="unknown Hadoop configuration 'ib'"):
+        t.defines("ib")
+    with pytest.raises(ConfigError, match="neither a known configuration"):
+        t.defines("-Dnovalue")
+    f = tmp_path / "configs.toml"
+    f.write_text('[configs.ipoib]\n"mapreduce.job.reduces" = 4\n[configs.rdma]\n"hadoop.ib.enabled" = true\n')
+    t = load_target("hadoop").__class__(configs_file=str(f))
+    assert t.configurations() == {"ipoib": {"mapreduce.job.reduces": "4"}, "rdma": {"hadoop.ib.enabled": "true"}}
+    f.write_text("[configs]\nrdma = 1\n")
+    with pytest.raises(ConfigError, match=str(f)):
+        t.configurations()
+
+
+def test_runtime_reports_what_is_missing(tmp_path):
+    with pytest.raises(HadoopUnavailable, match=r"jars missing in .*hadoop-mapreduce-examples"):
+        find_runtime(env={"PATH": os.environ["PATH"]}, jar_dir=tmp_path)
+    with pytest.raises(HadoopUnavailable, match="no bin/hadoop"):
+        find_runtime(env={"PATH": os.environ["PATH"], "HADOOP_HOME": str(tmp_path)})
+    with pytest.raises(HadoopUnavailable, match="no java"):
+        find_java({"PATH": str(tmp_path)})
+
+
+def test_command_lines_for_jar_dir_and_hadoop_home(tmp_path):
+    rt = HadoopRuntime(java="java", jar_dir=tmp_path / "jars")
+    argv = rt.argv("teragen", [1000, "/out"], conf_dir=tmp_path / "conf", defines={"mapreduce.job.maps": 2})
+    cp = argv[argv.index("-cp") + 1]
+    assert cp == f"{tmp_path / 'conf'}:{tmp_path / 'jars'}/*"          # the cluster's config wins
+    assert argv[-5:] == ["org.apache.hadoop.examples.terasort.TeraGen", "-D", "mapreduce.job.maps=2", "1000", "/out"]
+    assert any(a.startswith("--add-opens=java.base/java.lang=") for a in argv)
+    home = tmp_path / "home"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "hadoop").write_text("#!/bin/sh\n")
+    (home / "share/hadoop/mapreduce").mkdir(parents=True)
+    (home / "share/hadoop/mapreduce/hadoop-mapreduce-examples-3.3.6.jar").write_text("")
+    rt = HadoopRuntime(java="java", hadoop_home=home)
+    assert rt.argv("teragen", ["10", "/o"], defines={"a": "b"}) == [
+        str(home / "bin/hadoop"), "jar", str(home / "share/hadoop/mapreduce/hadoop-mapreduce-examples-3.3.6.jar"),
+        "teragen", "-D", "a=b", "10", "/o"]
+    assert rt.program_env("teragen", conf_dir="/etc/hadoop")["HADOOP_CONF_DIR"] == "/etc/hadoop"
+    with pytest.raises(HadoopUnavailable, match="no share/hadoop/mapreduce/hadoop-mapreduce-client-jobclient"):
+        rt.argv("TestDFSIO", ["-write"])
+    with pytest.raises(HadoopUnavailable, match="unknown Hadoop program"):
+        rt.argv("wordcount", [])
+
+
+def test_client_conf_written_to_every_site_file(tmp_path):
+    write_client_conf(tmp_path, {"mapreduce.framework.name": "yarn", "fs.defaultFS": "hdfs://localhost:9"})
+    for name in ("core-site.xml", "hdfs-site.xml", "mapred-site.xml", "yarn-site.xml"):
+        assert read_hadoop_xml(tmp_path / name)["mapreduce.framework.name"] == "yarn"
+    (tmp_path / "bad.xml").write_text("<configuration><property>")
+    with pytest.raises(ConfigError, match="bad.xml"):
+        read_hadoop_xml(tmp_path / "bad.xml")
+
+
+def test_minicluster_rejects_bad_sizes_and_home_mode(tmp_path):
+    with pytest.raises(ConfigError, match="nodemanagers"):
+        MiniCluster(HadoopRuntime(java="java", jar_dir=tmp_path), tmp_path, nodemanagers=0)
+    with pytest.raises(ConfigError, match="HADOOP_HOME"):
+        MiniCluster(HadoopRuntime(java="java", hadoop_home=tmp_path), tmp_path)
+
+
+def test_kill_tree_reaches_children_in_their_own_sessions(tmp_path):
+    """NodeManager containers run under setsid: a process-group kill of the JVM would miss them."""
+    pidfile = tmp_path / "grandchild"
+    script = (f"import subprocess, time; p = subprocess.Popen(['sleep', '300'], start_new_session=True); "
+              f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(300)")
+    parent = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        grandchild = int(pidfile.read_text())
+        kill_tree(parent.pid, grace=2)
+        parent.wait(timeout=5)
+        deadline = time.monotonic() + 5
+        while os.path.exists(f"/proc/{grandchild}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stat = open(f"/proc/{grandchild}/stat").read() if os.path.exists(f"/proc/{grandchild}") else ""
+        assert not stat or stat.rsplit(")", 1)[1].split()[0] == "Z"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def test_crosscheck_sizes_and_job():
+    assert parse_rows("1G") == 10**7 and parse_rows("100k") == 1000 and parse_rows("5") == 5
+    for bad in ("1.5G", "10x", ""):
+        with pytest.raises(ConfigError, match="not a row count"):
+            parse_rows(bad)
+    for nothing in ("0", "0k"):
+        with pytest.raises(ConfigError, match="less than one"):
+            parse_rows(nothing)
+    assert parse_job(["terasort", "1M"]) == ("terasort", 10_000)
+    with pytest.raises(ConfigError, match="teragen|terasort"):
+        parse_job(["wordcount", "1G"])
+
+
+def _runs(a_elapsed, b_elapsed, a_vc=10, b_vc=10):
+    runs = []
+    for i, (a, b) in enumerate(zip(a_elapsed, b_elapsed)):
+        runs.append(Run("A", i, yarn.AppRecord(f"application_1_{2 * i:04d}", "FINISHED", "SUCCEEDED", a, a_vc, 1), 1.0))
+        runs.append(Run("B", i, yarn.AppRecord(f"application_1_{2 * i + 1:04d}", "FINISHED", "SUCCEEDED", b, b_vc, 1), 1.0))
+    return runs
+
+
+def test_crosscheck_verdicts():
+    slower = judge(_runs([1000, 1010, 990, 1005], [1500, 1490, 1520, 1510]), "A", "B")
+    assert slower["significant"] and 1.45 < slower["ratio"] < 1.55
+    assert slower["verdict"].startswith("B vs A: elapsedTime 50% higher, SIGNIFICANT")
+    noise = judge(_runs([1000, 1100, 950, 1050], [1040, 980, 1090, 1000]), "A", "B")
+    assert not noise["significant"] and "not significant" in noise["verdict"]
+    runs = _runs([1000, 1200], [2000, 2100])
+    summary = summarize(runs, ["A", "B"])
+    assert summary[0]["elapsed_median_ms"] == 1100 and summary[0]["elapsed_spread_ms"] == 200
+    text = render(runs, summary, [judge(runs, "A", "B")])
+    assert "application_1_0003" in text and "elapsed median (ms)" in text and "B vs A" in text
+
+
+def test_crosscheck_command_rejects_bad_input_before_starting_anything(capsys):
+    assert hpcnet_main(["crosscheck", "--config", "default", "--config", "nosuch", "--", "teragen", "1G"]) == 2
+    assert "unknown Hadoop configuration 'nosuch'" in capsys.readouterr().err
+    assert hpcnet_main(["crosscheck", "--config", "default", "--config", "uber=off", "--", "teragen", "1Q"]) == 2
+    assert "'1Q' is not a row count" in capsys.readouterr().err
+    assert hpcnet_main(["crosscheck", "--target", "reference", "--config", "a", "--config", "b",
+                        "--", "teragen", "1G"]) == 2
+    assert "runs no external jobs" in capsys.readouterr().err
