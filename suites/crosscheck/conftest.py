@@ -9,11 +9,6 @@ from pytest_hpcnet.targets.hadoop.runtime import HadoopUnavailable, find_runtime
 from pytest_hpcnet.targets.hadoop.shared import shared_minicluster
 
 
-def pytest_configure(config):
-    # Until the plugin registers it: Hadoop tests are selected (or deselected) with -m hadoop.
-    config.addinivalue_line("markers", "hadoop: drives real Apache Hadoop (needs Java and the Hadoop jars)")
-
-
 @pytest.fixture(scope="session")
 def hadoop_runtime():
     try:

@@ -19,6 +19,7 @@ Services listen on loopback: the RM/JHS web and RPC ports the manager would othe
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -179,6 +180,8 @@ class MiniCluster:
             "-format", "-nodemanagers", str(self.nodemanagers), "-datanodes", str(self.datanodes),
             "-writeConfig", str(written), "-writeDetails", str(details)],
             defines=self.settings, jvm_opts=[self.heap])
+        # Last line of defence if the caller is interrupted twice (a second Ctrl-C inside stop()).
+        atexit.register(self.stop)
         log = open(self.log_path, "wb")
         try:
             # Own session: a Ctrl-C at the terminal does not reach it half-way; stop() kills the tree.
@@ -222,11 +225,16 @@ class MiniCluster:
             time.sleep(1)
 
     def running_nodemanagers(self) -> int:
-        """From the RM's JMX bean (its REST pages are shadowed in a one-JVM MiniCluster: see yarn.py)."""
-        body = json.loads(self._get("/jmx?qry=Hadoop:service=ResourceManager,name=ClusterMetrics",
-                                    time.monotonic() + 30))
-        beans = body.get("beans") or [{}]
-        return int(beans[0].get("NumActiveNMs", 0))
+        """From the RM's ``RMNMInfo`` JMX bean (its REST pages are shadowed in a one-JVM MiniCluster:
+        see yarn.py); ``LiveNodeManagers`` is a JSON list held in a string."""
+        try:
+            body = json.loads(self._get("/jmx?qry=Hadoop:service=ResourceManager,name=RMNMInfo",
+                                        time.monotonic() + 30))
+            beans = body.get("beans") or [{}]
+            nodes = json.loads(beans[0].get("LiveNodeManagers") or "[]")
+            return sum(1 for n in nodes if n.get("State") == "RUNNING")
+        except (ValueError, AttributeError, TypeError) as e:
+            raise MiniClusterError(f"RM JMX RMNMInfo unreadable: {e}") from None
 
     def _get(self, path: str, deadline: float) -> bytes:
         url = f"http://{self.settings['yarn.resourcemanager.webapp.address']}{path}"
@@ -254,6 +262,7 @@ class MiniCluster:
         return f"\n--- {self.log_path} (errors, then last lines) ---\n" + "\n".join(interesting + text[-lines:])
 
     def stop(self) -> None:
+        atexit.unregister(self.stop)
         if self.proc is not None and self.proc.poll() is None:
             kill_tree(self.proc.pid)
         if self.proc is not None:
