@@ -20,7 +20,7 @@ import pytest
 from pytest_hpcnet.claims import load_claims
 from pytest_hpcnet.workloads import mapreduce as wm
 
-from mapreduce_pairs import CLAIMS_FILE, job_of, run_pair, samples
+from .mapreduce_pairs import CLAIMS_FILE, job_of, run_pair, samples
 
 CLAIMS = load_claims([CLAIMS_FILE])
 SEED000 = [c.id for c in CLAIMS.values() if c.id.startswith("mapreduce.seed000.")]

@@ -13,7 +13,7 @@ import pytest
 from pytest_hpcnet.claims import load_claims
 from pytest_hpcnet.workloads import mapreduce as wm
 
-from mapreduce_pairs import CLAIMS_FILE, job_of, run_pair, samples
+from .mapreduce_pairs import CLAIMS_FILE, job_of, run_pair, samples
 
 TERASORT_ROWS = 200_000
 SORT_BYTES = 8 << 20

@@ -14,7 +14,7 @@ from pytest_hpcnet.measure import measurement
 from pytest_hpcnet.reference.rpc import RpcClient, RpcServer
 from pytest_hpcnet.workloads import rpc as wr
 
-from conftest import skip_unless_same_host
+from .conftest import skip_unless_same_host
 
 TCP_POOLED = wr.config_name("tcp", "pooled")
 TCP_NAIVE = wr.config_name("tcp", "naive")

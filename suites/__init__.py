@@ -1,0 +1,1 @@
+"""The suites users run: one package per area, each with its claims.toml."""
