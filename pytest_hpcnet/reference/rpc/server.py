@@ -19,6 +19,9 @@ slow or blocking one still goes to the pool, so readers are never tied up by app
 
 The SUCCESS response header is spliced from per-connection constant bytes and the call id
 (``wire.success_header_bytes``) instead of a protobuf object per call; errors still use protobuf.
+On the way in, a request header of the usual shape (the connection's client id, retryCount -1, a
+non-negative call id) is recognised by its constant bytes, and the RequestHeaderProto bytes of known
+methods are looked up in a small per-connection cache; anything else is parsed with protobuf.
 
 Errors: a method that raises -> ERROR (exception class + message), connection stays. Anything that
 breaks the framing or the protocol -> FATAL where the protocol allows a response (the client has sent
@@ -50,6 +53,28 @@ class Method:
     inline: bool = False   # cheap and non-blocking: a reader may run it itself (dispatch="auto")
 
 DISPATCH_MODES = ("auto", "pool", "direct")
+MAX_KNOWN_METHODS = 32
+_PLAIN_PREFIX = wire.request_header_prefix()
+
+
+def _plain_call_id(header: memoryview, suffix: bytes | None) -> int | None:
+    """The call id of a request header that is exactly our usual shape -- RPC_PROTOCOL_BUFFER,
+    RPC_FINAL_PACKET, a non-negative callId, this connection's clientId, retryCount -1 -- else None
+    (then protobuf parses it and every check runs)."""
+    if suffix is None or header[:5] != _PLAIN_PREFIX:
+        return None
+    zz = shift = 0
+    pos = 5
+    while pos < 10 and pos < len(header):
+        b = header[pos]
+        pos += 1
+        zz |= (b & 0x7F) << shift
+        if not b & 0x80:
+            if zz & 1 or header[pos:] != suffix:   # odd zigzag = negative id: ping, context, bad
+                return None
+            return zz >> 1
+        shift += 7
+    return None
 
 
 @dataclass
@@ -76,6 +101,8 @@ class _ServerConnection:
         self.user = self.protocol = ""
         self.open = True
         self.success_suffix = wire.success_header_suffix(b"")   # set again once the client id is known
+        self.request_suffix = None                              # ditto, for incoming request headers
+        self.known_methods: dict[bytes, tuple[Method, str]] = {}   # RequestHeaderProto bytes -> method
 
     def respond(self, parts: list, in_handler: bool) -> None:
         if not self.open:
@@ -256,6 +283,7 @@ class RpcServer:
                              f"first packet has callId {header.callId}, expected connection context -3")
             sc.client_id = header.clientId
             sc.success_suffix = wire.success_header_suffix(sc.client_id)
+            sc.request_suffix = wire.request_header_suffix(sc.client_id)
             ctx_bytes, _ = self._delimited(view, pos)
             ctx = self._parse(wire.IpcConnectionContextProto, ctx_bytes, E.FATAL_DESERIALIZING_REQUEST)
             sc.user, sc.protocol = ctx.userInfo.effectiveUser, ctx.protocol
@@ -282,6 +310,16 @@ class RpcServer:
 
     def _dispatch(self, sc: _ServerConnection, view: memoryview) -> None:
         header_bytes, pos = self._delimited(view, 0)
+        call_id = _plain_call_id(header_bytes, sc.request_suffix)
+        if call_id is not None:
+            rh_bytes, body_pos = self._delimited(view, pos, call_id)
+            known = sc.known_methods.get(bytes(rh_bytes))
+            if known is not None:
+                method, name = known
+                body, _ = self._delimited(view, body_pos, call_id)
+                request = self._parse(method.request_type, body, E.FATAL_DESERIALIZING_REQUEST, call_id)
+                self._call(sc, _Call(sc, call_id, -1, method, name, request))
+                return
         header = self._parse(wire.RpcRequestHeaderProto, header_bytes, E.FATAL_INVALID_RPC_HEADER)
         call_id = header.callId
         if call_id == wire.PING_CALL_ID:
@@ -310,8 +348,13 @@ class RpcServer:
                         f"unknown method {rh.methodName} of {self.protocol}")
             return
         request = self._parse(method.request_type, body, E.FATAL_DESERIALIZING_REQUEST, call_id)
+        if len(sc.known_methods) < MAX_KNOWN_METHODS:   # bounded: a client may vary the header bytes
+            sc.known_methods[bytes(rh_bytes)] = (method, rh.methodName)
+        self._call(sc, _Call(sc, call_id, header.retryCount, method, rh.methodName, request))
+
+    def _call(self, sc: _ServerConnection, call: _Call) -> None:
         self._count("calls")
-        call = _Call(sc, call_id, header.retryCount, method, rh.methodName, request)
+        method = call.method
         if self.dispatch == "direct" or (method.inline and self.dispatch == "auto"):
             self._run(call)
             return
