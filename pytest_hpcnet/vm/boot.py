@@ -41,16 +41,17 @@ def qemu_command(kernel: Path, initrd: Path, log: Path, memory_mb: int = DEFAULT
 
 
 def run(command: str, results: Path, timeout: float = 900, cache: Path | None = None, log=print,
-        memory_mb: int | None = None) -> GuestRun:
+        memory_mb: int | None = None, source: Path | None = None) -> GuestRun:
     """Build (cached) and boot the guest, run the shell ``command`` in /opt/hpcnet, and unpack what
-    it left in /results into ``results``. Raises VmError if the guest does not report back."""
+    it left in /results into ``results``; ``source`` is the project tree to copy in (default: the one
+    this package is in). Raises VmError if the guest does not report back."""
     g = build.build(cache, log=log)
     memory_mb = memory_mb or int(os.environ.get("HPCNET_VM_MEMORY_MB", DEFAULT_MEMORY_MB))
     results.mkdir(parents=True, exist_ok=True)
     serial = results.parent / (results.name + ".serial.log")
     with tempfile.TemporaryDirectory(prefix="hpcnet-vm-") as tmp:
         work = Path(tmp)
-        overlay = build.make_overlay(work, guest.init_script(command))
+        overlay = build.make_overlay(work, guest.init_script(command), source)
         initrd = work / "initrd.img"
         with open(initrd, "wb") as out:   # overlay first, then the compressed base
             for part in (overlay, g.base):

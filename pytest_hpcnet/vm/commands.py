@@ -19,6 +19,7 @@ def add_commands(sub) -> None:
     t.add_argument("--cache", type=Path)
     t.add_argument("--results", type=Path, default=Path(".hpcnet/vm"), help="where junit.xml, output.txt, report/ land")
     t.add_argument("--timeout", type=float, default=900, help="seconds before the guest is killed")
+    t.add_argument("--source", type=Path, help="project tree to copy into the guest (default: this package's)")
     t.add_argument("--command", help="run this shell command in the guest instead of pytest")
     t.add_argument("pytest_args", nargs="*", help=f"pytest arguments in the guest (default {' '.join(DEFAULT_TESTS)})")
     t.set_defaults(func=_test)
@@ -38,7 +39,7 @@ def _test(args) -> int:
     from . import boot, guest
 
     command = args.command or guest.guest_pytest_command(args.pytest_args or DEFAULT_TESTS)
-    run = boot.run(command, args.results.resolve(), timeout=args.timeout, cache=args.cache,
+    run = boot.run(command, args.results.resolve(), timeout=args.timeout, cache=args.cache, source=args.source,
                    log=lambda m: print(m, file=sys.stderr))
     output = run.results / "output.txt"
     if output.exists():

@@ -15,6 +15,15 @@ from .tcp import TcpTransport
 TRANSPORTS: dict[str, type] = {"tcp": TcpTransport, "shm": ShmTransport}
 
 
+def _verbs_transport(**options):
+    """Imported on use: pyverbs is optional, and its absence is reported when verbs is asked for."""
+    from .verbs import VerbsTransport
+    return VerbsTransport(**options)
+
+
+TRANSPORTS["verbs"] = _verbs_transport
+
+
 def get_transport(name: str, **options) -> Transport:
     try:
         factory = TRANSPORTS[name]

@@ -1,0 +1,277 @@
+"""RPC over the ``verbs`` transport: the conformance checks the tcp/shm RPC passes, the transport's own
+failure behaviour, and a latency sweep next to perftest's ``ib_send_lat`` on the same device.
+
+Needs an RDMA device and pyverbs (real InfiniBand/RoCE, or Soft-RoCE: ``hpcnet vm test`` runs these in a
+QEMU guest with ``rdma_rxe``); skipped with the missing feature named elsewhere.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from pytest_hpcnet.reference.rpc import (RpcClient, RpcConnectionLost, RpcFatalError, RpcRemoteError,
+                                         RpcServer, RpcTimeout)
+from pytest_hpcnet.reference.rpc import wire
+from pytest_hpcnet.reference.transport import (RemoteRegion, TransportClosed, TransportError,
+                                               TransportTimeout, get_transport)
+from pytest_hpcnet.workloads import rpc as rpc_workload
+
+pytestmark = [pytest.mark.rdma, pytest.mark.pyverbs]
+
+
+def _sleepy_echo(request):
+    time.sleep(request.payload[0] / 100)   # first byte = hundredths of a second
+    return wire.EchoResponseProto(payload=request.payload)
+
+
+def _raise(request):
+    raise KeyError("no such block blk_42")
+
+
+@pytest.fixture
+def server():
+    with RpcServer(transport="verbs", handlers=8) as s:
+        s.register("sleepyEcho", wire.EchoRequestProto, _sleepy_echo)
+        s.register("fail", wire.EmptyRequestProto, _raise)
+        yield s
+
+
+@pytest.mark.parametrize("buffers", ["pooled", "naive"])
+def test_echo_and_ping_eager_and_rendezvous_sizes(buffers):
+    from pytest_hpcnet.reference.transport.verbs import EAGER
+    with RpcServer(transport="verbs", buffers=buffers) as s:
+        with RpcClient(s.address, transport="verbs", buffers=buffers, timeout=20) as c:
+            for size in (0, 1, 1000, EAGER - 200, EAGER + 1, 300_000, 2 << 20):
+                payload = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+                assert c.echo(payload) == payload
+            c.ping()
+            c.send_ping()
+            assert c.echo(b"after ping") == b"after ping"
+            assert s.counters["pings"] == 1
+
+
+def test_concurrent_calls_on_one_connection_are_matched_by_call_id(server):
+    with RpcClient(server.address, transport="verbs", timeout=20) as c:
+        def call(i):
+            payload = bytes([i % 3]) + str(i).encode() * (i * 50)   # eager and rendezvous mixed
+            return c.call("sleepyEcho", wire.EchoRequestProto(payload=payload), wire.EchoResponseProto).payload
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(call, range(48)))
+    assert results == [bytes([i % 3]) + str(i).encode() * (i * 50) for i in range(48)]
+
+
+def test_handler_exception_is_an_error_response_and_the_connection_stays(server):
+    with RpcClient(server.address, transport="verbs", timeout=20) as c:
+        with pytest.raises(RpcRemoteError) as e:
+            c.call("fail", wire.EmptyRequestProto(), wire.EmptyResponseProto)
+        assert e.value.class_name == "builtins.KeyError" and "blk_42" in e.value.message
+        assert c.echo(b"still up") == b"still up"
+
+
+def test_call_timeout_then_the_connection_still_works(server):
+    with RpcClient(server.address, transport="verbs", timeout=20) as c:
+        with pytest.raises(RpcTimeout):
+            c.call("sleepyEcho", wire.EchoRequestProto(payload=bytes([50])), wire.EchoResponseProto,
+                   timeout=0.05)
+        assert c.echo(b"next") == b"next"
+
+
+def test_over_maximum_data_length_is_fatal_and_others_keep_being_served():
+    with RpcServer(transport="verbs", max_data_length=4096) as s:
+        with RpcClient(s.address, transport="verbs", timeout=20) as big, \
+                RpcClient(s.address, transport="verbs", timeout=20) as other:
+            with pytest.raises(RpcFatalError):
+                big.echo(b"x" * 10_000)
+            with pytest.raises(RpcConnectionLost):
+                big.echo(b"small")
+            assert other.echo(b"fine") == b"fine"
+
+
+def test_server_going_away_fails_pending_calls_instead_of_hanging():
+    s = RpcServer(transport="verbs", handlers=2).start()
+    s.register("sleepyEcho", wire.EchoRequestProto, _sleepy_echo)
+    c = RpcClient(s.address, transport="verbs", timeout=30)
+    errors = []
+
+    def pending():
+        try:
+            c.call("sleepyEcho", wire.EchoRequestProto(payload=bytes([100])), wire.EchoResponseProto)
+        except Exception as e:
+            errors.append(e)
+    th = threading.Thread(target=pending)
+    th.start()
+    time.sleep(0.3)
+    s.stop()
+    th.join(25)
+    assert not th.is_alive() and isinstance(errors[0], RpcConnectionLost)
+    c.close()
+
+
+# -- the transport itself ---------------------------------------------------------------------------
+
+@pytest.fixture
+def pair():
+    t = get_transport("verbs")
+    listener = t.listen("127.0.0.1", 0)
+    accepted = {}
+    th = threading.Thread(target=lambda: accepted.setdefault("conn", listener.accept(timeout=20)))
+    th.start()
+    client = t.connect(listener.address, timeout=20)
+    th.join(20)
+    yield client, accepted["conn"]
+    client.close()
+    accepted["conn"].close()
+    listener.close()
+
+
+def test_loopback_is_served_on_the_rdma_address(pair):
+    client, _ = pair
+    assert not client.peer[0].startswith("127.")
+
+
+def test_credits_hold_back_a_fast_sender_without_losing_messages(pair):
+    from pytest_hpcnet.reference.transport.verbs import RECV_DEPTH
+    client, server = pair
+    count = RECV_DEPTH * 4
+    sent = threading.Event()
+
+    def flood():
+        for i in range(count):
+            client.send([i.to_bytes(4, "big") * 100], timeout=20)
+        sent.set()
+    th = threading.Thread(target=flood)
+    th.start()
+    time.sleep(0.5)    # the receiver is not reading: the sender must stop at its credits, not overrun
+    assert not sent.is_set()
+    got = []
+    for _ in range(count):
+        m = server.recv(timeout=20)
+        got.append(int.from_bytes(m.view[:4], "big"))
+        m.release()
+    th.join(20)
+    assert got == list(range(count))
+
+
+def test_put_and_get_on_a_registered_region(pair):
+    client, server = pair
+    region = server.register(1 << 20)
+    region.view[:6] = b"origin"
+    server.send([region.remote().to_bytes()])
+    m = client.recv(timeout=20)
+    remote = RemoteRegion.from_bytes(m.view)
+    m.release()
+    assert client.get(remote, 0, 6) == b"origin"
+    block = bytes(range(256)) * 2048
+    client.put(remote, 4096, block[:500_000])
+    assert bytes(region.view[4096:4096 + 500_000]) == block[:500_000]
+    with pytest.raises(TransportError):
+        client.get(remote, (1 << 20) - 10, 20)
+
+
+def test_receive_timeout_then_the_stream_continues(pair):
+    client, server = pair
+    with pytest.raises(TransportTimeout):
+        server.recv(timeout=0.2)
+    client.send([b"late"])
+    m = server.recv(timeout=20)
+    assert bytes(m.view) == b"late"
+    m.release()
+
+
+def test_peer_process_killed_is_a_closed_error_not_a_hang(tmp_path):
+    t = get_transport("verbs")
+    listener = t.listen("127.0.0.1", 0)
+    script = textwrap.dedent(f"""
+        import os, signal
+        from pytest_hpcnet.reference.transport import get_transport
+        c = get_transport("verbs").connect({listener.address!r}, timeout=20)
+        c.send([b"hello"])
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        conn = listener.accept(timeout=30)
+        m = conn.recv(timeout=20)
+        assert bytes(m.view) == b"hello"
+        m.release()
+        proc.wait(20)
+        start = time.monotonic()
+        with pytest.raises(TransportClosed):
+            while time.monotonic() - start < 30:   # the peer is dead: an error within the RC retries
+                try:
+                    conn.recv(timeout=1)
+                except TransportTimeout:
+                    continue
+        conn.close()
+    finally:
+        proc.kill()
+        proc.wait()
+        listener.close()
+
+
+def test_connection_refused_and_unroutable_address_are_clear_errors():
+    t = get_transport("verbs")
+    listener = t.listen("127.0.0.1", 0)
+    host = listener.address[0]
+    listener.close()
+    with pytest.raises(TransportClosed, match="refused"):
+        t.connect((host, listener.address[1]), timeout=10)
+    with pytest.raises(TransportError, match="not reachable|cannot resolve"):
+        t.connect(("192.0.2.1", 1), timeout=10)   # TEST-NET-1: no route, nothing is sent
+
+
+# -- latency next to perftest ------------------------------------------------------------------------
+
+def _ib_send_lat(host: str, iterations: int = 1000) -> dict:
+    """perftest's ib_send_lat (RC SEND, 2 bytes, rdma_cm) server and client on this node."""
+    cmd = ["ib_send_lat", "-R", "-n", str(iterations), "-s", "2", "-F"]
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        time.sleep(1.0)
+        out = subprocess.run(cmd + [host], capture_output=True, text=True, timeout=120).stdout
+    finally:
+        server.kill()
+        server.wait()
+    for line in out.splitlines():
+        cols = line.split()
+        if len(cols) >= 6 and cols[0] == "2" and cols[1].isdigit():
+            # #bytes #iterations t_min[usec] t_max t_typical t_avg t_stdev 99% 99.9%
+            return {"t_min": float(cols[2]), "t_typical": float(cols[4]), "t_avg": float(cols[5]),
+                    "raw": out}
+    raise AssertionError(f"no result line in ib_send_lat output:\n{out}")
+
+
+def test_latency_sweep_verbs_and_tcp_next_to_ib_send_lat(cluster, launchers, measure, record_property):
+    if len(cluster.nodes) < 2:
+        pytest.skip(f"needs two nodes, cluster {cluster.source} has {len(cluster.nodes)}")
+    server, client = cluster.nodes[1], cluster.nodes[0]
+    results = rpc_workload.latency_sweep(launchers, server, client,
+                                         configs=(("verbs", "pooled"), ("tcp", "pooled")),
+                                         sizes=(1, 1024, 65536), rounds=3, iterations=40, warmup=20)
+    measure.record(*results)
+    by = {(m.config, m.params["size"]): m for m in results}
+    for m in results:
+        s = m.stats
+        assert 0 < s["min"] <= s["median"] <= s["max"]
+    ours = by[(rpc_workload.config_name("verbs", "pooled"), 1)].stats["median"]
+    record_property("verbs_rpc_echo_rtt_us_median_1B", round(ours, 1))
+    record_property("tcp_rpc_echo_rtt_us_median_1B",
+                    round(by[(rpc_workload.config_name("tcp", "pooled"), 1)].stats["median"], 1))
+    if shutil.which("ib_send_lat"):
+        from pytest_hpcnet.reference.transport.verbs import rdma_host
+        native = _ib_send_lat(rdma_host("127.0.0.1"))
+        # perftest's latency is one-way (RTT/2); ours is the echo RTT
+        record_property("ib_send_lat_t_typical_us_one_way", native["t_typical"])
+        record_property("ib_send_lat_t_min_us_one_way", native["t_min"])
+        print(f"verbs RPC echo RTT median {ours:.1f} us (RTT/2 {ours / 2:.1f} us); "
+              f"ib_send_lat t_typical {native['t_typical']:.2f} us one-way")
+        assert native["t_typical"] > 0
