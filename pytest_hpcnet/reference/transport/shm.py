@@ -19,10 +19,13 @@ of one server must not burn the cores their peers need), and (3) recent spins su
 doubles (up to the maximum) after a spin that caught the message and halves after one that did not,
 so on a box where the peer cannot run while we spin the spinning fades out by itself. Between checks
 the spinner calls ``sched_yield`` (which also releases the GIL): a runnable task on this core gets
-it, and the spin costs nothing it would have used. The maximum is ``HPCNET_SHM_SPIN`` seconds
-(default ``SPIN_SECONDS``; 0 disables spinning). The previous fixed spin (``time.sleep(0)``, 200 us,
-no feedback) lost on a busy 2-core box -- p50 ~210 us against ~130 us without -- because it kept
-spinning while the peer waited for the core. Then it sets its "waiting" flag,
+it, and the spin costs nothing it would have used. The maximum is ``HPCNET_SHM_SPIN`` seconds;
+the default is 0 (no spin) because on the 2-core box we measure on, spinning still did not pay:
+64-byte echo p50 88-97 us without and 96-102 us with a 200 us adaptive spin (interleaved runs,
+2026-11-30). The spins did catch the reply (~95% of waits once warmed up), but each side burns
+its spin while the other needs ~45 us of Python per call, so both sides' CPU per call grew by
+5-10 us. An earlier fixed spin (``time.sleep(0)``, 200 us, no feedback) lost more: ~210 us against
+~130 us. With spare cores the knob can pay. Then it sets its "waiting" flag,
 re-checks, and sleeps in ``poll()`` on an eventfd doorbell plus the liveness socket. The other side
 rings the doorbell only when it sees the flag, so a busy stream makes no system calls at all. We chose
 an eventfd doorbell over sleep-with-backoff because a backoff sleep puts its own length (tens of
@@ -53,7 +56,7 @@ from .base import (DEFAULT_TIMEOUT, RemoteRegion, StreamConnection, TransportClo
                    TransportTimeout, deadline_of, remaining)
 
 RING_CAPACITY = 1 << 20     # bytes per direction; larger messages stream through in pieces
-SPIN_SECONDS = 0.0002       # maximum adaptive spin before arming the doorbell; HPCNET_SHM_SPIN overrides
+SPIN_SECONDS = 0.0          # maximum adaptive spin before arming the doorbell; HPCNET_SHM_SPIN overrides
 _spinners = [0]             # threads of this process spinning right now (a racy hint is enough)
 MAX_SLEEP = 0.005
 CTRL = 320                  # per ring: head, tail, reader/writer waiting, closed -- one cache line each
@@ -173,12 +176,14 @@ class ShmConnection(StreamConnection):
         try:
             clock, yield_cpu = time.perf_counter, os.sched_yield
             until = clock() + self._spin
-            while clock() < until:
+            while True:
                 if ready():
                     self._spin = min(self._spin * 2, self._spin_max)
                     return True
-                if peer_idle():
-                    break   # the peer went to sleep: nothing is coming soon
+                # checked after the last yield too: a yield may hand the core to the peer for longer
+                # than the whole budget, and what it wrote then counts as caught by the spin
+                if clock() >= until or peer_idle():
+                    break   # out of budget, or the peer went to sleep: nothing is coming soon
                 yield_cpu()
         finally:
             _spinners[0] -= 1
