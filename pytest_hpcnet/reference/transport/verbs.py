@@ -67,7 +67,7 @@ HDR = struct.Struct("<BxxxIQ")  # kind, payload length, receives the sender has 
 EAGER = SLOT - HDR.size
 RNDV = struct.Struct("<QQIQ")   # RTS payload: address, length, rkey, tag
 TAG = struct.Struct("<Q")       # FIN payload
-DATA, RTS, FIN, CLOSE, NOP = 1, 2, 3, 4, 5
+DATA, RTS, FIN, CLOSE, NOP, HELLO = 1, 2, 3, 4, 5, 6
 SEND_SLOTS = RECV_DEPTH
 SEND_DEPTH = SEND_SLOTS + 32    # send queue: SENDs plus RDMA READ/WRITEs and credit writes
 CQ_DEPTH = RECV_DEPTH + SEND_DEPTH + 8
@@ -341,12 +341,12 @@ class VerbsConnection(StreamConnection):
 
     # -- setup ---------------------------------------------------------------------------------------
     def hello(self) -> bytes:
-        """What the peer needs from us at connect time: our credit word."""
+        """What the peer needs from us (the first message each way): where our credit word is."""
         return struct.pack("<QI", self._credit.addr, self._credit.rkey)
 
     def set_peer_hello(self, data: bytes) -> None:
-        addr, rkey = struct.unpack_from("<QI", data)
-        self._peer_credit = (addr, rkey)
+        if len(data) >= 12:   # anything shorter is not our peer's; credits then only travel piggybacked
+            self._peer_credit = struct.unpack_from("<QI", data)
 
     def bring_up(self) -> None:
         for _ in _connect_qp(self.pv, self.cm_id, self.qp):
@@ -399,6 +399,11 @@ class VerbsConnection(StreamConnection):
         elif kind == CLOSE:
             self._rx.append((CLOSE, slot, payload))
             return
+        elif kind == HELLO:
+            first = self._peer_credit is None
+            self.set_peer_hello(bytes(payload))
+            if first and self._owner is not None and self._credits() > 0 and self._free_send:
+                self._post_eager(HELLO, [self.hello()])   # the accepting side answers the client's
         self._repost(slot)
 
     def _repost(self, slot: int) -> None:
@@ -768,25 +773,20 @@ class VerbsListener:
                     ev.ack_cm_event()   # ESTABLISHED / DISCONNECTED of children: handled in-band
                     continue
                 child = pv.cmid.CMID(creator=ev, listen_id=self._id)
-                hello = bytes(ev.private_data or b"")
                 ev.ack_cm_event()
             conn = None
             try:
                 conn = VerbsConnection(pv, self.device, child, make_buffers(self._buffers), self._default_timeout,
                                        peer=("rdma_cm", "peer"), owner=self)
-                conn.set_peer_hello(hello)
                 conn.bring_up()
                 param = pv.cmid.ConnParam(resources=4, depth=4, retry=RETRY, rnr_retry=7)
                 param.qpn = conn.qp.qp_num
-                param.set_private_data(conn.hello())
                 child.accept(param)
-            except (pv.Error, TransportError, struct.error) as e:
+            except (pv.Error, TransportError) as e:
                 if conn is not None:
                     conn.close()
                 else:
                     _quiet_close(child)
-                if isinstance(e, struct.error):
-                    continue   # a peer that is not ours; keep listening
                 raise TransportError(f"accepting an RDMA connection failed: {e}") from None
             with self._event_lock:
                 self._children.add(conn)
@@ -840,15 +840,12 @@ class VerbsTransport:
                                    peer=(host, port), channel=channel, channel_fd=fd)
             param = pv.cmid.ConnParam(resources=4, depth=4, retry=RETRY, rnr_retry=7)
             param.qpn = conn.qp.qp_num
-            param.set_private_data(conn.hello())
             cm_id.connect(param)
-            ev = self._expect(channel, fd, deadline, ce.RDMA_CM_EVENT_CONNECT_RESPONSE, where, "connecting",
-                              keep=True)
-            hello = bytes(ev.private_data or b"")
-            ev.ack_cm_event()
-            conn.set_peer_hello(hello)
+            self._expect(channel, fd, deadline, ce.RDMA_CM_EVENT_CONNECT_RESPONSE, where, "connecting")
             conn.bring_up()
             cm_id.establish()
+            with conn._lock:   # credit words go in-band: rdma-core 44's pyverbs drops CM private data
+                conn._post_eager(HELLO, [conn.hello()])
             return conn
         except BaseException as e:
             if conn is not None:
