@@ -4,6 +4,10 @@ asv discovers the classes (``setup``/``teardown``, ``time_*``, ``track_*``). Run
 side-by-side comparison table with the ratios issue 3 asks for:
 
     python benchmarks/bench_rpc.py [--size 64] [--rounds 7] [--calls 400] [--clients 8] [--seconds 3]
+                                   [--dispatch auto|pool|direct]
+
+``--dispatch pool`` runs the RPC servers in Hadoop's exact shape (every call through the handler
+pool); the default ``auto`` lets readers run the built-in echo themselves (see rpc/server.py).
 
 Servers always run in their own process (as in a deployment: no GIL shared with the client); the
 latency client runs in this process. Latency is round-trip. Paths are measured in interleaved rounds
@@ -30,11 +34,12 @@ RPC_SERVER = ["-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0"]
 class _Server:
     """A server process in its own session; ``address`` is parsed from its first line."""
 
-    def __init__(self, path: str, buffers: str = "pooled", handlers: int = 4):
+    def __init__(self, path: str, buffers: str = "pooled", handlers: int = 4, dispatch: str = "auto"):
         if path == "floor":
             args, pattern = FLOOR_SERVER, r"^listening (\S+) (\d+)$"
         else:
-            args = RPC_SERVER + ["--transport", path, "--buffers", buffers, "--handlers", str(handlers)]
+            args = RPC_SERVER + ["--transport", path, "--buffers", buffers, "--handlers", str(handlers),
+                                 "--dispatch", dispatch]
             pattern = r"^listening on \S+ (\S+):(\d+) "
         self.proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True, start_new_session=True)
@@ -212,13 +217,13 @@ class BufferDesignLatency:
 
 
 # -- direct run --------------------------------------------------------------------------------
-def compare(size: int, rounds: int, calls: int, clients: int, seconds: float) -> int:
+def compare(size: int, rounds: int, calls: int, clients: int, seconds: float, dispatch: str = "auto") -> int:
     from tabulate import tabulate
 
     from pytest_hpcnet.measure import summarize
 
     paths = ["floor", "tcp", "shm"]
-    servers = {p: _Server(p, handlers=8) for p in paths}
+    servers = {p: _Server(p, handlers=8, dispatch=dispatch) for p in paths}
     try:
         pingers = {p: _Pinger(p, servers[p].address, size) for p in paths}
         for p in paths:
@@ -237,7 +242,8 @@ def compare(size: int, rounds: int, calls: int, clients: int, seconds: float) ->
             st = summarize(samples[p])
             rows.append([p, size, st["n"]] + [round(st[k], 1) for k in
                                               ("min", "median", "mean", "stdev", "p99", "p99_9", "max")])
-        print(f"round-trip latency (us), {size} B payload, {rounds} interleaved rounds of {calls} calls")
+        print(f"round-trip latency (us), {size} B payload, {rounds} interleaved rounds of {calls} calls, "
+              f"server dispatch={dispatch}")
         print(tabulate(rows, headers=["path", "size", "n", "min", "p50", "mean", "stdev", "p99", "p99.9",
                                       "max"]))
         tcp_floor = np.median(np.array(round_p50["tcp"]) / np.array(round_p50["floor"]))
@@ -267,8 +273,9 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=400)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--dispatch", choices=["auto", "pool", "direct"], default="auto")
     a = ap.parse_args(argv)
-    return compare(a.size, a.rounds, a.calls, a.clients, a.seconds)
+    return compare(a.size, a.rounds, a.calls, a.clients, a.seconds, a.dispatch)
 
 
 if __name__ == "__main__":
