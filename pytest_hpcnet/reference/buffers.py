@@ -117,20 +117,31 @@ class PooledBuffers:
         self._lock = threading.Lock()
         self._free: dict[int, list[bytearray]] = collections.defaultdict(list)
         self._recent: collections.deque[int] = collections.deque(maxlen=HISTORY)
+        self._predicted: int | None = None   # max(self._recent), kept current so the hot path needs no max()
         for nbytes in preallocate:   # registration happens up front, not on the message path
             cls = size_class(nbytes)
             self._free[cls].append(bytearray(1 << cls))
 
     def predicted_class(self) -> int | None:
         """The class recent messages needed (the largest of the last few), or None before any."""
-        return max(self._recent) if self._recent else None
+        return self._predicted
+
+    def _remember(self, cls: int) -> None:
+        """Feed the predictor (lock held)."""
+        recent = self._recent
+        dropped = recent[0] if len(recent) == HISTORY else None
+        recent.append(cls)
+        if self._predicted is None or cls > self._predicted:
+            self._predicted = cls
+        elif dropped == self._predicted and cls != dropped:
+            self._predicted = max(recent)   # the largest just left the window
 
     def acquire(self, nbytes: int) -> tuple[memoryview, Callable[[], None]]:
         need = size_class(nbytes)
         with self._lock:
-            self._recent.append(need)
+            self._remember(need)
             buf = None
-            predicted = max(self._recent)
+            predicted = self._predicted
             for cls in (predicted, need):   # locality first, then the exact class
                 if cls >= need and self._free[cls]:
                     buf = self._free[cls].pop()
@@ -147,10 +158,13 @@ class PooledBuffers:
         """A whole buffer of the class recent messages needed (at least ``at_least`` bytes), for a
         receive whose size is not known yet. Does not feed the predictor: ``record`` does, once the
         real size is known."""
+        cls = self._predicted or MIN_CLASS
+        if at_least > 1 << cls:
+            cls = size_class(at_least)
         with self._lock:
-            cls = max(self.predicted_class() or MIN_CLASS, size_class(at_least))
-            if self._free[cls]:
-                buf = self._free[cls].pop()
+            free = self._free[cls]
+            if free:
+                buf = free.pop()
                 self.stats.pool_hits += 1
             else:
                 buf = bytearray(1 << cls)
@@ -161,7 +175,15 @@ class PooledBuffers:
     def record(self, nbytes: int) -> None:
         """Feed the locality predictor with the size a message turned out to need."""
         with self._lock:
-            self._recent.append(size_class(nbytes))
+            self._remember(size_class(nbytes))
+
+    def finish_recorded(self, view: memoryview, release, nbytes: int) -> Received:
+        """``record(nbytes)`` and ``finish(view, release)`` in one step (one lock round trip)."""
+        cls = size_class(nbytes)
+        with self._lock:
+            self._remember(cls)
+            self.stats.messages += 1
+        return Received(view, release)
 
     def count_copy(self, nbytes: int) -> None:
         with self._lock:
@@ -169,10 +191,11 @@ class PooledBuffers:
             self.stats.bytes_copied += nbytes
 
     def _give_back(self, buf: bytearray) -> None:
-        cls = size_class(len(buf))
+        cls = len(buf).bit_length() - 1   # pool buffers are exact powers of two
         with self._lock:
-            if len(self._free[cls]) < MAX_FREE_PER_CLASS:
-                self._free[cls].append(buf)
+            free = self._free[cls]
+            if len(free) < MAX_FREE_PER_CLASS:
+                free.append(buf)
 
     def finish(self, view: memoryview, release) -> Received:
         with self._lock:

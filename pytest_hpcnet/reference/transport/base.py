@@ -254,8 +254,7 @@ class StreamConnection:
             self._carry = bytes(view[total:self._ahead_n])
             buffers.count_copy(len(self._carry))
         self._ahead = None
-        buffers.record(total)
-        return buffers.finish(view[4:total], release)
+        return buffers.finish_recorded(view[4:total], release, total)
 
     def send_raw(self, data: Bytes, timeout: float | None = None) -> None:
         with self._send_lock:
