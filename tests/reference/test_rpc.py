@@ -211,3 +211,23 @@ def test_rpc_over_shm_with_concurrent_callers():
             with ThreadPoolExecutor(8) as pool:
                 out = list(pool.map(lambda i: c.echo(b"%d" % i * (i * 1000)), range(40)))
     assert out == [b"%d" % i * (i * 1000) for i in range(40)]
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+@pytest.mark.parametrize("dispatch", ["pool", "auto", "direct"])
+def test_every_dispatch_mode_serves_calls_and_errors(transport, dispatch):
+    with RpcServer(transport=transport, dispatch=dispatch) as s:
+        s.register("fail", wire.EmptyRequestProto, _raise)
+        with RpcClient(s.address, transport=transport, timeout=10) as c:
+            with ThreadPoolExecutor(4) as pool:
+                assert list(pool.map(c.echo, [b"%d" % i for i in range(40)])) == [b"%d" % i for i in range(40)]
+            with pytest.raises(RpcRemoteError, match="blk_42"):
+                c.call("fail", wire.EmptyRequestProto(), wire.EmptyResponseProto)
+            assert c.echo(b"after") == b"after"
+        assert s.counters["calls"] == 42
+
+
+def test_unknown_dispatch_mode_is_a_config_error():
+    from pytest_hpcnet.errors import ConfigError
+    with pytest.raises(ConfigError, match="dispatch"):
+        RpcServer(dispatch="inline")

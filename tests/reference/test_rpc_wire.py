@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 
-from pytest_hpcnet.reference.rpc import RpcClient, RpcServer
+import pytest
+
+from pytest_hpcnet.reference.rpc import RpcClient, RpcServer, wire
 
 CLIENT_ID = bytes(range(16))
 PROTOCOL = b"org.pytest_hpcnet.rpc.EchoProtocol"
@@ -89,3 +92,31 @@ def test_generated_modules_use_hadoop_field_numbers_and_types():
     assert (req["retryCount"].number, req["retryCount"].type) == (5, F.TYPE_SINT32)
     resp = h.RpcResponseHeaderProto.DESCRIPTOR.fields_by_name
     assert (resp["callId"].number, resp["callId"].type) == (1, F.TYPE_UINT32)
+
+
+@pytest.mark.parametrize("call_id", [0, 1, 63, 64, 127, 128, 300, 2**31 - 1, -1, -3, -4])
+@pytest.mark.parametrize("retry_count", [-1, 0, 5, -7])
+def test_hand_encoded_hot_path_headers_equal_the_protobuf_encoding(call_id, retry_count):
+    client_id = bytes(range(16))
+    assert wire.request_header_bytes(call_id, client_id, retry_count) == \
+        wire.request_header(call_id, client_id, retry_count).SerializeToString()
+    header = wire.RpcResponseHeaderProto(callId=wire.response_call_id(call_id), status=wire.SUCCESS,
+                                         serverIpcVersionNum=9, clientId=client_id, retryCount=retry_count)
+    assert wire.success_header_bytes(call_id, client_id, retry_count) == header.SerializeToString()
+
+
+def test_a_call_off_the_hot_path_shape_is_answered_through_protobuf():
+    """retryCount 3 and a callId above one varint byte: the server's fast header check must not match,
+    and the response carries the request's retry count."""
+    rh = wire.RequestHeaderProto(methodName="echo", declaringClassProtocolName=wire.ECHO_PROTOCOL,
+                                 clientProtocolVersion=1)
+    body = b"".join(wire.delimited(wire.request_header(1000, CLIENT_ID, retry_count=3), rh,
+                                   wire.EchoRequestProto(payload=b"retry")))
+    with RpcServer() as server, socket.create_connection(server.address, timeout=10) as s:
+        s.sendall(GOLDEN_PREAMBLE + GOLDEN_CONTEXT + struct.pack(">I", len(body)) + body)
+        (length,) = struct.unpack(">I", _recv_exact(s, 4))
+        packet = memoryview(_recv_exact(s, length))
+        header_bytes, pos = wire.read_delimited(packet, 0)
+        header = wire.RpcResponseHeaderProto.FromString(bytes(header_bytes))
+        assert (header.callId, header.status, header.retryCount) == (1000, wire.SUCCESS, 3)
+        assert wire.EchoResponseProto.FromString(bytes(wire.read_delimited(packet, pos)[0])).payload == b"retry"

@@ -370,3 +370,15 @@ def test_regions_of_a_killed_owner_are_swept_by_the_next_register():
     finally:
         region.close()
     assert not os.path.exists(region.path)
+
+
+def test_shm_rpc_with_the_adaptive_spin_enabled(monkeypatch):
+    """The spin phase (off by default) must deliver the same stream as the doorbell path."""
+    from pytest_hpcnet.reference.rpc import RpcClient, RpcServer
+
+    monkeypatch.setenv("HPCNET_SHM_SPIN", "0.0002")
+    with RpcServer(transport="shm") as s, RpcClient(s.address, transport="shm", timeout=10) as c:
+        assert c.conn._spin_max == 0.0002
+        for size in (0, 64, 5000, (1 << 20) + 7):
+            payload = bytes(range(256)) * (size // 256) + b"z" * (size % 256)
+            assert c.echo(payload) == payload
