@@ -35,10 +35,10 @@ class _Slot:
 
     def __init__(self):
         # A thread has one call in flight at a time, so it reuses one Event (saves building one per call).
+        # Not cleared here: ``_await`` clears it before every check-then-wait.
         event = getattr(_thread_events, "event", None)
         if event is None:
             event = _thread_events.event = threading.Event()
-        event.clear()
         self.event = event
         self.done = False
         self.header = self.body = self.error = None
@@ -150,7 +150,7 @@ class RpcClient:
             if self._read_lock.acquire(blocking=False):
                 try:
                     while not slot.done and deadline > time.monotonic():
-                        self._read_one(min(deadline - time.monotonic(), 0.5))
+                        self._read_one(min(deadline - time.monotonic(), 0.5), slot)
                 finally:
                     self._read_lock.release()
             else:
@@ -158,13 +158,17 @@ class RpcClient:
 
     def _hand_over(self) -> None:
         """Wake one waiting caller so it can take over reading."""
+        if not self._pending:
+            return   # nobody waits (a caller that registers now finds the read lock free itself)
         with self._lock:
             for other in self._pending.values():
                 if not other.done:
                     other.event.set()
                     return
 
-    def _read_one(self, timeout: float) -> None:
+    def _read_one(self, timeout: float, own: _Slot | None = None) -> None:
+        """Read one response and hand it to its caller (``own``: the reading caller's slot, whose
+        thread is awake and needs no Event.set)."""
         if self._broken:
             raise self._broken
         try:
@@ -197,7 +201,8 @@ class RpcClient:
                 slot = self._pending.get(call_id)
             if slot is not None:
                 slot.body, slot.done = body, True
-                slot.event.set()
+                if slot is not own:
+                    slot.event.set()
             return
         if header.status == wire.FATAL:
             err = RpcFatalError(header.exceptionClassName, header.errorMsg, header.errorDetail)

@@ -196,7 +196,7 @@ class StreamConnection:
         return self._closed
 
     def send(self, parts: Sequence[Bytes], timeout: float | None = None) -> None:
-        total = sum(len(p) for p in parts)
+        total = sum(map(len, parts))
         if total > MAX_FRAME:
             raise FrameTooLarge(total, MAX_FRAME)
         views = self.buffers.gather([LENGTH.pack(total), *parts])
