@@ -61,7 +61,7 @@ def iterations_for(size: int, small: int) -> int:
     if size <= 4096:
         return small
     if size <= 65536:
-        return max(2, small // 4)
+        return max(2, small // 2)
     return max(2, small // 20)
 
 
