@@ -72,7 +72,7 @@ def parse_job(argv: list[str]) -> tuple[str, int]:
 
 def run_crosscheck(rt, target, configs: list[str], repeat: int, job: tuple[str, int], *, conf_dir,
                    rm_web: str | None = None, base: str = "/hpcnet-crosscheck", maps: int = 2,
-                   reduces: int = 2, progress=None) -> list[Run]:
+                   reduces: int = 2, keep_output: bool = False, progress=None) -> list[Run]:
     from .targets.hadoop import jobs, yarn
     if len(configs) < 2:
         raise ConfigError("give at least two --config to compare", "--config")
@@ -97,7 +97,8 @@ def run_crosscheck(rt, target, configs: list[str], repeat: int, job: tuple[str, 
                                   f"{res.app_ids or 'none'} (is mapreduce.framework.name yarn?)", config)
             record = yarn.app_records(rt, res.app_ids, rm_web=rm_web, conf_dir=conf_dir)[0]
             runs.append(Run(config, r, record, res.wall_s))
-            jobs.run_program(rt, "fs", ["-rm", "-r", "-f", "-skipTrash", out], conf_dir=conf_dir, check=False)
+            if not keep_output:
+                jobs.run_program(rt, "fs", ["-rm", "-r", "-f", "-skipTrash", out], conf_dir=conf_dir, check=False)
             if progress:
                 progress(runs[-1])
     return runs
@@ -169,6 +170,7 @@ def crosscheck_command(args: argparse.Namespace) -> int:
             mc = MiniCluster(rt, workdir, nodemanagers=args.nodemanagers, datanodes=args.nodemanagers).start()
             conf_dir, rm_web = mc.conf_dir, mc.rm_web
         runs = run_crosscheck(rt, target, args.config, args.repeat, job, conf_dir=conf_dir, rm_web=rm_web,
+                              keep_output=args.keep_output,
                               progress=lambda r: print(f"  {r.config} round {r.round}: {r.record.id} "
                                                        f"{r.record.finalStatus} {r.record.elapsedTime} ms",
                                                        flush=True))
@@ -192,5 +194,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--rm-web", help="ResourceManager web address, for REST app records")
     p.add_argument("--workdir", help="where the MiniCluster keeps its files")
     p.add_argument("--nodemanagers", type=int, default=2)
+    p.add_argument("--keep-output", action="store_true",
+                   help="leave each run's output in place (default: remove it after the run)")
     p.add_argument("job", nargs=argparse.REMAINDER, help="-- teragen|terasort SIZE")
     p.set_defaults(func=crosscheck_command)

@@ -15,9 +15,11 @@ import os
 import re
 import socket
 import subprocess
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ...errors import ConfigError, HpcnetError
 from .runtime import HadoopRuntime
@@ -212,10 +214,14 @@ def rpc_benchmark_server(rt, *, port: int, threads: int = 4, host: str = "127.0.
 
 # -- files ---------------------------------------------------------------------------------------
 def fs_cat(rt, path: str, *, conf_dir=None) -> bytes:
-    argv = rt.argv("fs", ["-cat", path], conf_dir=conf_dir)
-    proc = subprocess.run(argv, capture_output=True, timeout=300, stdin=subprocess.DEVNULL,
-                          env=rt.program_env("fs", conf_dir))
-    if proc.returncode != 0:
-        raise HadoopJobError(f"hadoop fs -cat {path} exited {proc.returncode}\n"
-                             f"{_tail(proc.stderr.decode(errors='replace'))}")
-    return proc.stdout
+    """A file's bytes. Copied to a local temp file rather than read from ``-cat``'s stdout, which the
+    jars' log4j configuration shares with log lines."""
+    with tempfile.TemporaryDirectory(prefix="hpcnet-fs-") as tmp:
+        local = Path(tmp) / "file"
+        argv = rt.argv("fs", ["-copyToLocal", path, f"file://{local}"], conf_dir=conf_dir)
+        proc = subprocess.run(argv, capture_output=True, timeout=300, stdin=subprocess.DEVNULL,
+                              env=rt.program_env("fs", conf_dir))
+        if proc.returncode != 0 or not local.exists():
+            raise HadoopJobError(f"hadoop fs -copyToLocal {path} exited {proc.returncode}\n"
+                                 f"{_tail((proc.stdout + proc.stderr).decode(errors='replace'))}")
+        return local.read_bytes()
