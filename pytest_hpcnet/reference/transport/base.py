@@ -88,41 +88,6 @@ class Connection(Protocol):
 
     def send(self, parts: Sequence[Bytes], timeout: float | None = None) -> None: ...
     def recv(self, timeout: float | None = None, max_length: int | None = None) -> Received: ...
-    def _recv_ahead(self, deadline: float, max_length: int | None) -> Received:
-        """Receive into a buffer posted before the size is known, sized by what recent messages
-        needed (RPCoIB's message-size locality): a message that fits arrives with one read, length
-        and body together, straight into its final buffer."""
-        buffers = self.buffers
-        if self._ahead is None:
-            carry, self._carry = self._carry, b""
-            view, release = buffers.acquire_predicted(len(carry))
-            if carry:
-                buffers.count_copy(len(carry))
-                view[:len(carry)] = carry
-            self._ahead, self._ahead_n = (view, release), len(carry)
-        view, release = self._ahead
-        while self._ahead_n < 4:
-            self._ahead_n += self._recv_into(view[self._ahead_n:], deadline)
-        (length,) = LENGTH.unpack(view[:4])
-        if max_length is not None and length > max_length:
-            raise FrameTooLarge(length, max_length)
-        total = 4 + length
-        if total > len(view):   # the prediction was too small: move to a buffer that fits
-            bigger, bigger_release = buffers.acquire_predicted(total)
-            buffers.count_copy(self._ahead_n)
-            bigger[:self._ahead_n] = view[:self._ahead_n]
-            release()
-            view, release = bigger, bigger_release
-            self._ahead = (view, release)
-        while self._ahead_n < total:
-            self._ahead_n += self._recv_into(view[self._ahead_n:], deadline)
-        if self._ahead_n > total:   # the peer pipelined: keep what belongs to the next message
-            self._carry = bytes(view[total:self._ahead_n])
-            buffers.count_copy(len(self._carry))
-        self._ahead = None
-        buffers.record(total)
-        return buffers.finish(view[4:total], release)
-
     def send_raw(self, data: Bytes, timeout: float | None = None) -> None: ...
     def recv_raw(self, nbytes: int, timeout: float | None = None) -> bytes: ...
     def register(self, buffer: Bytes | int) -> Region: ...
