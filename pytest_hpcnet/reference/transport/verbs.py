@@ -53,6 +53,7 @@ import select
 import struct
 import threading
 import time
+import weakref
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Sequence
@@ -105,6 +106,23 @@ def load_pyverbs() -> SimpleNamespace:
         import pyverbs.cm_enums as cm_enums
     return SimpleNamespace(cmid=cmid, cq=cq, device=device, mr=mr, pd=pd, qp=qp, wr=wr, e=enums,
                            ce=cm_enums, Error=PyverbsError)
+
+
+def unavailable_reason() -> str | None:
+    """Why the verbs transport cannot run in this process (pyverbs missing, no ACTIVE RDMA port with an
+    address), or None when it can. Cached: the answer does not change while the process runs."""
+    global _unavailable
+    if _unavailable is None:
+        try:
+            load_pyverbs()
+            rdma_host("127.0.0.1")
+            _unavailable = ""
+        except VerbsUnavailable as e:
+            _unavailable = str(e)
+    return _unavailable or None
+
+
+_unavailable: str | None = None
 
 
 # -- addresses ---------------------------------------------------------------------------------------
@@ -237,9 +255,19 @@ _devices: dict[str, _Device] = {}
 _devices_lock = threading.Lock()
 
 
+_live: "weakref.WeakSet" = weakref.WeakSet()        # open connections and listeners
+
+
 @atexit.register
 def _close_devices() -> None:
-    """Tear the verbs objects down before the interpreter does: its arbitrary order crashes pyverbs."""
+    """Tear the verbs objects down before the interpreter does: its arbitrary order crashes pyverbs.
+    Connections and listeners first, each under its own lock, so a daemon thread still waiting on one
+    sees it closed instead of polling a destroyed CQ."""
+    for obj in list(_live):
+        try:
+            obj.close()
+        except Exception:
+            pass
     with _devices_lock:
         devices = list(_devices.values())
         _devices.clear()
@@ -333,11 +361,15 @@ class VerbsConnection(StreamConnection):
         self._rdma_ids = itertools.count(_RDMA_BASE)
         self._rdma_done: set[int] = set()
         self._landing: _Registered | None = None
+        self._bounce: _Registered | None = None
+        self._retired: list[_Registered] = []               # outgrown regions, back to the pool at close
+        self._one_sided_lock = threading.Lock()
         self._peer_credit: tuple[int, int] | None = None     # (address, rkey) of the peer's credit word
         self._error: TransportError | None = None
         self._last_activity = time.monotonic()
         self._regions: list[VerbsRegion] = []
-        self._closing = False
+        self._qp_destroyed = False
+        _live.add(self)
 
     # -- setup ---------------------------------------------------------------------------------------
     def hello(self) -> bytes:
@@ -579,7 +611,7 @@ class VerbsConnection(StreamConnection):
     def _landing_region(self, length: int) -> _Registered:
         if self._landing is None or self._landing.length < length:
             if self._landing is not None:
-                self.device.give_back(self._landing)
+                self._retired.append(self._landing)
             self._landing = self.device.region(length, self.pv.e.IBV_ACCESS_LOCAL_WRITE)
         return self._landing
 
@@ -622,25 +654,30 @@ class VerbsConnection(StreamConnection):
         addr, rkey = self._check_remote(remote, offset, data.nbytes, "put")
         if not data.nbytes:
             return
-        local = self.device.region(data.nbytes, self.pv.e.IBV_ACCESS_LOCAL_WRITE)
-        try:
+        with self._one_sided_lock:
+            local = self._bounce_region(data.nbytes)
             local.view[:data.nbytes] = data
             self._rdma(self.pv.e.IBV_WR_RDMA_WRITE, local, 0, data.nbytes, addr, rkey,
                        deadline_of(timeout, self.default_timeout))
-        finally:
-            self.device.give_back(local)
 
     def get(self, remote: RemoteRegion, offset: int, length: int, timeout: float | None = None) -> bytes:
         addr, rkey = self._check_remote(remote, offset, length, "get")
         if not length:
             return b""
-        local = self.device.region(length, self.pv.e.IBV_ACCESS_LOCAL_WRITE)
-        try:
+        with self._one_sided_lock:
+            local = self._bounce_region(length)
             self._rdma(self.pv.e.IBV_WR_RDMA_READ, local, 0, length, addr, rkey,
                        deadline_of(timeout, self.default_timeout))
             return bytes(local.view[:length])
-        finally:
-            self.device.give_back(local)
+
+    def _bounce_region(self, length: int) -> _Registered:
+        """This connection's registered bounce buffer for put/get, grown as needed. Never shared: an
+        operation that timed out may still land in it, so it goes back to the pool only with the QP."""
+        if self._bounce is None or self._bounce.length < length:
+            if self._bounce is not None:
+                self._retired.append(self._bounce)
+            self._bounce = self.device.region(length, self.pv.e.IBV_ACCESS_LOCAL_WRITE)
+        return self._bounce
 
     # -- teardown --------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -660,27 +697,34 @@ class VerbsConnection(StreamConnection):
             # destroyed under the lock: another thread may be about to poll the CQ (it checks _closed)
             for region in self._regions:
                 region.close()
-            _quiet_close(self.qp)
+            self._qp_destroyed = _quiet_close(self.qp)
             if self._owner is not None:
                 self._owner._forget(self)
             else:
                 _quiet_close(self.cm_id)
-                _quiet_close(self._channel)
+                with _fd_lock:
+                    _quiet_close(self._channel)
             _quiet_close(self.cq)
-            _quiet_close(self.comp_channel)
-            for region in (self._recv, self._send, self._credit, self._landing, *self._staging.values()):
-                if region is not None:
-                    self.device.give_back(region)
+            with _fd_lock:   # a descriptor number freed here must not confuse a concurrent discovery
+                _quiet_close(self.comp_channel)
+            if self._qp_destroyed:   # nothing can land in these any more: reuse them
+                for region in (self._recv, self._send, self._credit, self._landing, self._bounce,
+                               *self._retired, *self._staging.values()):
+                    if region is not None:
+                        self.device.give_back(region)
             self._staging.clear()
+            _live.discard(self)
 
 
-def _quiet_close(obj) -> None:
+def _quiet_close(obj) -> bool:
+    """Close a pyverbs object; False if that failed (teardown must not raise over the real error)."""
     if obj is None:
-        return
+        return True
     try:
         obj.close()
-    except Exception:   # teardown of a broken connection must not raise over the real error
-        pass
+        return True
+    except Exception:
+        return False
 
 
 def _wc_status_name(pv, status: int) -> str:
@@ -751,6 +795,7 @@ class VerbsListener:
                                    f"{last} (is there an RDMA device on that address?)")
         self.address = (self.host, candidate)
         self.device = _device(pv, self._id.dev_name)
+        _live.add(self)
 
     def accept(self, timeout: float | None = None) -> VerbsConnection:
         pv = self.pv
@@ -796,6 +841,15 @@ class VerbsListener:
         with self._event_lock:
             self._children.discard(conn)
             _quiet_close(conn.cm_id)
+            if self._closed and not self._children:
+                self._close_channel()
+
+    def _close_channel(self) -> None:
+        """Only once no child id is left: destroying a child writes to the channel's descriptor, which
+        after the channel is gone may be some other file's."""
+        with _fd_lock:
+            _quiet_close(self._channel)
+        self._channel = None
 
     def close(self) -> None:
         with self._event_lock:
@@ -803,7 +857,8 @@ class VerbsListener:
                 return
             self._closed = True
             _quiet_close(self._id)
-            _quiet_close(self._channel)
+            if not self._children:
+                self._close_channel()
 
 
 class VerbsTransport:

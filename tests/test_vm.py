@@ -1,0 +1,196 @@
+"""The Soft-RoCE guest harness (``pytest_hpcnet.vm``) and the host-side parts of the verbs transport.
+
+Unit tests run everywhere. ``test_verbs_suites_pass_in_the_soft_roce_guest`` builds (cached) and boots
+the QEMU guest and runs the verbs suites inside; it needs qemu-system-x86_64, debootstrap, cpio, zstd,
+dpkg-deb, apt-get and depmod, and root (debootstrap), and is skipped with the missing piece named
+otherwise (or with HPCNET_VM_TESTS=0). Cold it takes ~6 min on a 2-core box, cached ~3-4 min.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from pytest_hpcnet.cli import build_parser
+from pytest_hpcnet.reference.transport import TRANSPORTS, TransportError, get_transport
+from pytest_hpcnet.reference.transport import verbs
+from pytest_hpcnet.vm import boot, build, guest
+from pytest_hpcnet.vm.guest import VmError
+
+
+def test_init_script_sets_up_soft_roce_and_reports_over_serial():
+    text = guest.init_script("python3 -m pytest -q x.py")
+    assert text.startswith("#!/bin/sh\n")
+    for module in ("crc32_generic", "rdma_rxe", "rdma_ucm"):
+        assert module in text
+    assert text.index("crc32_generic") < text.index("rdma_rxe")   # rxe fails without crc32 first
+    assert f"rdma link add {guest.RDMA_DEVICE} type rxe netdev {guest.NETDEV}" in text
+    assert f"{guest.GUEST_ADDRESS}/24" in text
+    assert "sh -c 'python3 -m pytest -q x.py'" in text              # the command is shell-quoted
+    assert text.index(guest.BEGIN) < text.index(guest.END) < text.index("HPCNET-EXIT")
+    assert "/proc/sysrq-trigger" in text
+
+
+def test_results_block_round_trips_through_a_noisy_serial_log(tmp_path):
+    src = tmp_path / "src"
+    (src / "report").mkdir(parents=True)
+    (src / "junit.xml").write_text("<testsuites/>")
+    (src / "report" / "run.json").write_text('{"ok": true}')
+    block = guest.encode_results(src)
+    log = ("[    1.0] kernel noise\r\n" + block.replace("\n", "\r\n")
+           + "HPCNET-EXIT 3\r\n[   9.9] reboot: Power down\r\n")
+    status = guest.decode_results(log, tmp_path / "out")
+    assert status == 3
+    assert (tmp_path / "out" / "junit.xml").read_text() == "<testsuites/>"
+    assert (tmp_path / "out" / "report" / "run.json").read_text() == '{"ok": true}'
+
+
+def test_missing_or_corrupt_results_are_clear_errors(tmp_path):
+    with pytest.raises(VmError, match="did not report its results") as e:
+        guest.decode_results("booting\nKernel panic - not syncing\n", tmp_path / "a")
+    assert "Kernel panic" in str(e.value)   # the log tail says why
+    bad = f"{guest.BEGIN}\n!!!notbase64!!!\n{guest.END}\nHPCNET-EXIT 0\n"
+    with pytest.raises(VmError, match="corrupt"):
+        guest.decode_results(bad, tmp_path / "b")
+    not_tar = base64.b64encode(b"plain bytes").decode()
+    with pytest.raises(VmError, match="corrupt"):
+        guest.decode_results(f"{guest.BEGIN}\n{not_tar}\n{guest.END}\nHPCNET-EXIT 0\n", tmp_path / "c")
+
+
+def test_guest_pytest_command_writes_junit_and_run_record_into_results():
+    cmd = guest.guest_pytest_command(["suites/rpc/test_verbs_rpc.py", "-k", "a b"])
+    assert "--junitxml=/results/junit.xml" in cmd and "--hpcnet-report=/results/report" in cmd
+    assert cmd.endswith("suites/rpc/test_verbs_rpc.py -k 'a b'")
+
+
+def test_qemu_command_is_tcg_without_network_or_disk(tmp_path):
+    cmd = boot.qemu_command(tmp_path / "vmlinuz", tmp_path / "initrd", tmp_path / "log")
+    assert cmd[0] == "qemu-system-x86_64"
+    assert cmd[cmd.index("-accel") + 1].startswith("tcg")   # nested kvm_pvm hangs a stock kernel
+    assert cmd[cmd.index("-nic") + 1] == "none" and "-no-reboot" in cmd
+    assert "rdinit=/init" in cmd[cmd.index("-append") + 1]
+    assert cmd[-1] == f"file:{tmp_path / 'log'}"
+
+
+def test_missing_tools_name_their_debian_packages(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(shutil, "which", lambda tool, path=None: None)
+    missing = build.missing_tools()
+    assert missing["qemu-system-x86_64"] == "qemu-system-x86" and missing["debootstrap"] == "debootstrap"
+    with pytest.raises(VmError, match="qemu-system-x86_64 \\(Debian package qemu-system-x86\\)"):
+        build.build(cache=None)
+
+
+def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("HPCNET_VM_CACHE", str(tmp_path / "c"))
+    assert build.cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("HPCNET_VM_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert build.cache_dir() == tmp_path / "x" / "hpcnet-vm"
+
+
+@pytest.mark.skipif(shutil.which("cpio") is None, reason="needs the cpio tool (Debian package cpio)")
+def test_overlay_holds_init_the_project_and_its_plugin_entry_point(tmp_path):
+    out = build.make_overlay(tmp_path, "#!/bin/sh\necho hi\n")
+    listing = subprocess.run(["cpio", "-t", "--quiet"], stdin=open(out, "rb"), capture_output=True,
+                             text=True, check=True).stdout.split()
+    assert "init" in listing
+    assert "opt/hpcnet/pytest_hpcnet/reference/transport/verbs.py" in listing
+    assert "opt/hpcnet/suites/rpc/test_verbs_rpc.py" in listing
+    assert not any("__pycache__" in name for name in listing)
+    ep = tmp_path / "overlay" / build.PY_SITE / "pytest_hpcnet-0.1.0.dist-info" / "entry_points.txt"
+    assert "hpcnet = pytest_hpcnet.plugin" in ep.read_text()
+    assert (tmp_path / "overlay" / build.PY_SITE / "hpcnet.pth").read_text().strip() == "/opt/hpcnet"
+    assert os.access(tmp_path / "overlay" / "init", os.X_OK)
+
+
+def test_vm_commands_are_registered():
+    args = build_parser().parse_args(["vm", "test", "--timeout", "60", "suites/rpc/test_verbs_rpc.py"])
+    assert args.timeout == 60 and args.pytest_args == ["suites/rpc/test_verbs_rpc.py"]
+    assert build_parser().parse_args(["vm", "build"]).vm_command == "build"
+
+
+# -- host-side verbs pieces --------------------------------------------------------------------------
+
+def _fake_port(root, dev, port, state, gids):
+    p = root / dev / "ports" / str(port)
+    (p / "gids").mkdir(parents=True)
+    (p / "state").write_text(state + "\n")
+    for i, gid in enumerate(gids):
+        (p / "gids" / str(i)).write_text(gid + "\n")
+
+
+def test_rdma_address_comes_from_the_roce_v2_gid_of_an_active_port(tmp_path, monkeypatch):
+    monkeypatch.delenv("HPCNET_VERBS_HOST", raising=False)
+    _fake_port(tmp_path, "mlx5_0", 1, "1: DOWN", ["fe80:0000:0000:0000:0000:0000:0000:0001",
+                                                  "0000:0000:0000:0000:0000:ffff:0a00:0063"])
+    _fake_port(tmp_path, "rxe0", 1, "4: ACTIVE", ["fe80:0000:0000:0000:a0b1:c2ff:fed3:e4f5",
+                                                  "0000:0000:0000:0000:0000:ffff:0a00:0001"])
+    assert verbs.gid_ipv4_addresses(tmp_path) == ["10.0.0.1"]          # the DOWN port's is ignored
+    assert verbs.rdma_host("127.0.0.1", tmp_path) == "10.0.0.1"          # rdma_cm cannot use loopback
+    assert verbs.rdma_host("0.0.0.0", tmp_path) == "10.0.0.1"
+    assert verbs.rdma_host("192.168.7.7", tmp_path) == "192.168.7.7"     # a real address stays
+    monkeypatch.setenv("HPCNET_VERBS_HOST", "172.16.0.5")
+    assert verbs.rdma_host("localhost", tmp_path) == "172.16.0.5"
+
+
+def test_loopback_without_an_rdma_port_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("HPCNET_VERBS_HOST", raising=False)
+    with pytest.raises(verbs.VerbsUnavailable, match="no ACTIVE RDMA port"):
+        verbs.rdma_host("127.0.0.1", tmp_path)
+
+
+def test_message_headers_fit_the_eager_slot():
+    assert verbs.HDR.size + verbs.EAGER == verbs.SLOT
+    assert verbs.RNDV.size <= verbs.EAGER and verbs.CREDIT_BATCH >= 1
+
+
+def test_verbs_is_registered_and_says_what_is_missing_without_pyverbs():
+    assert "verbs" in TRANSPORTS
+    try:
+        import pyverbs  # noqa: F401
+    except ImportError:
+        with pytest.raises(TransportError, match="python3-pyverbs"):
+            get_transport("verbs")
+        assert "pyverbs" in verbs.unavailable_reason()
+    else:
+        pytest.skip("pyverbs is installed here; the missing-pyverbs message cannot be checked")
+
+
+# -- the guest, for real -----------------------------------------------------------------------------
+
+GUEST_TESTS = ["suites/rpc/test_verbs_rpc.py", "suites/rpc/test_verbs_bulk.py"]
+
+
+def _guest_unavailable() -> str | None:
+    if os.environ.get("HPCNET_VM_TESTS") == "0":
+        return "HPCNET_VM_TESTS=0"
+    missing = build.missing_tools()
+    if missing:
+        return "needs " + ", ".join(f"{t} (Debian package {p})" for t, p in missing.items())
+    if os.geteuid() != 0 and not (build.cache_dir() / "base.stamp").exists():
+        return "building the guest needs root (debootstrap); run `sudo hpcnet vm build` once"
+    return None
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.skipif(_guest_unavailable() is not None, reason=str(_guest_unavailable()))
+def test_verbs_suites_pass_in_the_soft_roce_guest(tmp_path):
+    command = guest.guest_pytest_command(GUEST_TESTS + ["-p", "no:randomly"])
+    run = boot.run(command, tmp_path / "results", timeout=1500, log=lambda m: None)
+    output = (run.results / "output.txt").read_text(errors="replace")
+    junit = ET.parse(run.results / "junit.xml").getroot()
+    suite = junit if junit.tag == "testsuite" else junit.find("testsuite")
+    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    assert run.exit_status == 0, output[-4000:]
+    assert counts["tests"] >= 15 and counts["failures"] == counts["errors"] == counts["skipped"] == 0, counts
+    assert list((run.results / "report").glob("*.json")), "the guest's run record did not come back"
+    names = {c.get("name") for c in suite.iter("testcase")}
+    assert {"test_echo_and_ping_eager_and_rendezvous_sizes[pooled]",
+            "test_block_store_pipeline_over_verbs_writes_and_reads_back",
+            "test_latency_sweep_verbs_and_tcp_next_to_ib_send_lat"} <= names
