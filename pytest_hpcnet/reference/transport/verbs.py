@@ -21,7 +21,8 @@ Shape (the RPCoIB / RDMA-Hadoop design):
 - **Credits:** a sender may only have as many SENDs outstanding as the peer has posted receives. Each
   header carries the count of receives its sender has re-posted so far; when enough are unreported
   and nothing goes the other way, the receiver RDMA-WRITEs that count into the peer's credit word, so
-  returning credits never consumes a receive (no credit deadlock).
+  returning credits never consumes a receive (no credit deadlock). Where each side's credit word is
+  travels in a HELLO message each way (rdma-core 44's pyverbs drops rdma_cm private data).
 - **Completions:** poll the CQ, spin ``SPIN_SECONDS``, then arm the CQ and ``poll()`` the completion
   channel. Waits are capped at ``WAIT_SLICE`` so credit-word updates (which raise no completion) are
   seen.
