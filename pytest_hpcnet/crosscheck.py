@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import statistics
 import tempfile
 from dataclasses import dataclass
@@ -177,6 +178,8 @@ def crosscheck_command(args: argparse.Namespace) -> int:
     finally:
         if mc is not None:
             mc.stop()
+            if not args.workdir:          # ours to remove: HDFS blocks and logs of a throwaway cluster
+                shutil.rmtree(mc.workdir, ignore_errors=True)
     summary = summarize(runs, args.config)
     verdicts = [judge(runs, args.config[0], c, m) for c in args.config[1:] for m in ("elapsedTime", "vcoreSeconds")]
     print(render(runs, summary, verdicts), end="")
