@@ -11,6 +11,7 @@ from .base import (DEFAULT_TIMEOUT, Connection, FrameTooLarge, Listener, Region,
                    Transport, TransportClosed, TransportError, TransportTimeout)
 from .shm import ShmTransport
 from .tcp import TcpTransport
+from . import verbs as _verbs
 
 TRANSPORTS: dict[str, type] = {"tcp": TcpTransport, "shm": ShmTransport}
 
@@ -21,13 +22,16 @@ def _verbs_transport(**options):
     return VerbsTransport(**options)
 
 
-TRANSPORTS["verbs"] = _verbs_transport
+if _verbs.looks_usable():   # listed only where it can run, so loops over TRANSPORTS stay green elsewhere
+    TRANSPORTS["verbs"] = _verbs_transport
 
 
 def get_transport(name: str, **options) -> Transport:
     try:
         factory = TRANSPORTS[name]
     except KeyError:
+        if name == "verbs":   # known, just not usable here: say what is missing
+            return _verbs_transport(**options)
         raise ConfigError(f"unknown transport {name!r}; choose one of {sorted(TRANSPORTS)}",
                           where="transport") from None
     return factory(**options)

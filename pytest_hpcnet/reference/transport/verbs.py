@@ -126,6 +126,16 @@ def unavailable_reason() -> str | None:
 _unavailable: str | None = None
 
 
+def looks_usable() -> bool:
+    """A cheap check (no pyverbs import): pyverbs is installed and an ACTIVE RDMA port has an address."""
+    import importlib.util
+    try:
+        found = importlib.util.find_spec("pyverbs") is not None
+    except (ImportError, ValueError):
+        found = False
+    return found and bool(os.environ.get("HPCNET_VERBS_HOST") or gid_ipv4_addresses())
+
+
 # -- addresses ---------------------------------------------------------------------------------------
 
 def gid_ipv4_addresses(sysfs: Path = Path("/sys/class/infiniband")) -> list[str]:
