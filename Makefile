@@ -8,7 +8,7 @@ SUITES ?= suites
 TESTS  ?= tests suites
 PYTEST_ARGS ?=
 
-.PHONY: setup run test clean asv-assets
+.PHONY: setup run test clean asv-assets hadoop-jars
 
 setup: $(STAMP)
 
@@ -29,8 +29,18 @@ run: setup
 asv-assets: setup
 	-@$(VENV)/bin/hpcnet asv-site fetch || echo "asv site assets unavailable: the asv browser check will skip"
 
+# The Hadoop target's jars (targets/hadoop/pom.xml) into .cache/hadoop; Maven resolves a relative
+# outputDirectory against the pom's folder, hence the absolute path. Without mvn/java the Hadoop tests skip.
+HADOOP_JARS ?= $(CURDIR)/.cache/hadoop
+hadoop-jars: $(HADOOP_JARS)/.fetched
+$(HADOOP_JARS)/.fetched: targets/hadoop/pom.xml
+	@if command -v mvn >/dev/null 2>&1 && command -v java >/dev/null 2>&1; then \
+	    mvn -q -B -f targets/hadoop/pom.xml dependency:copy-dependencies -DoutputDirectory=$(HADOOP_JARS) && touch $@ \
+	    || echo "hadoop-jars: mvn failed; the Hadoop tests will skip"; \
+	else echo "hadoop-jars: mvn or java missing; the Hadoop tests will skip"; fi
+
 # pytest's exit 5 (no tests collected) is a failure here, said in words: CI must never pass on nothing.
-test: setup asv-assets
+test: setup asv-assets hadoop-jars
 	@$(PY) -m pytest $(TESTS) -p no:cacheprovider -n 2 --dist loadfile $(PYTEST_ARGS); status=$$?; \
 	if [ $$status = 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$status
 
