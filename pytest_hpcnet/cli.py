@@ -38,15 +38,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace, label: str) -> int:
+    """Run a parsed subcommand: a library error is one line on stderr and exit status 2."""
     try:
         return int(args.func(args) or 0)
     except HpcnetError as e:
-        print(f"hpcnet {args.command}: {e}", file=sys.stderr)
+        print(f"{label}: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run(args, f"hpcnet {args.command}")
 
 
 if __name__ == "__main__":

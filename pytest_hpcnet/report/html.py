@@ -21,6 +21,7 @@ import numpy as np
 from ..measure import Measurement
 from ..results import RunRecord
 from . import plots
+from .terminal import fmt_number, measurement_order, param_sort_value
 
 # Units whose samples are latencies worth a CDF (the report draws one per metric).
 LATENCY_UNITS = {"ns", "us", "µs", "ms"}
@@ -46,18 +47,6 @@ figcaption { font-size: 0.8em; color: #555; max-width: 40em; }
 
 def _e(x) -> str:
     return html.escape("" if x is None else str(x))
-
-
-def _num(x) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        return f"{x:.4g}"
-    return str(x)
-
-
-def _sort_value(v):
-    return (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, str(v))
 
 
 def _params_text(params: dict, keys=None) -> str:
@@ -121,7 +110,7 @@ def claims_section(verdicts: list[dict]) -> str:
         ci = v.get("ci")
         conf = v.get("confidence")
         ci_text = "-" if not ci else (f"{conf:.0%} " if conf else "") + f"[{ci[0]:.4g}, {ci[1]:.4g}]"
-        rows.append([v.get("claim_id"), outcome.upper(), v.get("kind") or "-", _num(v.get("quantity")), ci_text,
+        rows.append([v.get("claim_id"), outcome.upper(), v.get("kind") or "-", fmt_number(v.get("quantity")), ci_text,
                      v.get("n", "-"), v.get("bound", "-"), v.get("reason", ""), v.get("source", "")])
         classes.append({"pass": "pass", "warn": "warn", "fail": "fail"}.get(outcome, "na"))
     summary = ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
@@ -132,17 +121,13 @@ def claims_section(verdicts: list[dict]) -> str:
 
 # --- measurements --------------------------------------------------------------------------------
 
-def _order(m: Measurement):
-    return m.metric, m.config, tuple((k, _sort_value(v)) for k, v in sorted(m.params.items()))
-
-
 def measurements_table(measurements: list[Measurement]) -> str:
     rows = []
-    for m in sorted(measurements, key=_order):
+    for m in sorted(measurements, key=measurement_order):
         s = m.stats or {}
-        rows.append([m.metric, m.config or "-", _params_text(m.params), m.unit, m.direction, _num(m.value),
-                     _num(s.get("min")), _num(s.get("mean")), _num(s.get("stdev")), _num(s.get("p99")),
-                     _num(s.get("p99_9")), _num(s.get("max")), s.get("n", len(m.samples)), m.test or ""])
+        rows.append([m.metric, m.config or "-", _params_text(m.params), m.unit, m.direction, fmt_number(m.value),
+                     fmt_number(s.get("min")), fmt_number(s.get("mean")), fmt_number(s.get("stdev")), fmt_number(s.get("p99")),
+                     fmt_number(s.get("p99_9")), fmt_number(s.get("max")), s.get("n", len(m.samples)), m.test or ""])
     return _table(["metric", "config", "params", "unit", "better", "median", "min", "mean", "stdev", "p99",
                    "p99.9", "max", "n", "test"], rows, numeric=set(range(5, 13)))
 
@@ -162,7 +147,7 @@ def group_keys(measurements: list[Measurement]) -> list[str]:
 
 def _bars(measurements: list[Measurement], keys: list[str], metric: str) -> list[plots.Bar]:
     bars = []
-    for m in sorted(measurements, key=lambda m: tuple(_sort_value(m.params.get(k)) for k in keys)):
+    for m in sorted(measurements, key=lambda m: tuple(param_sort_value(m.params.get(k)) for k in keys)):
         group = _params_text(m.params, keys) or metric.rsplit(".", 1)[-1]
         p25 = p75 = None
         if len(m.samples) >= 2:
@@ -188,7 +173,7 @@ def metric_charts(metric: str, measurements: list[Measurement], colours: dict[st
                           f"of the samples.")]
     if unit in LATENCY_UNITS:
         series = {}
-        for m in sorted(measurements, key=_order):
+        for m in sorted(measurements, key=measurement_order):
             if len(m.samples) >= MIN_CDF_SAMPLES:
                 label = " ".join(x for x in (m.config, _params_text(m.params, keys)) if x) or metric
                 series[label] = m.samples
@@ -203,7 +188,7 @@ def metric_charts(metric: str, measurements: list[Measurement], colours: dict[st
 def suite_sections(measurements: list[Measurement]) -> str:
     if not measurements:
         return "<h2>Measurements</h2>\n<p class=\"muted\">This run recorded no measurements.</p>"
-    configs = list(dict.fromkeys(m.config or "-" for m in sorted(measurements, key=_order)))
+    configs = list(dict.fromkeys(m.config or "-" for m in sorted(measurements, key=measurement_order)))
     colours = plots.colour_map(configs)   # one colour per configuration across the whole report
     by_suite: dict[str, dict[str, list[Measurement]]] = defaultdict(lambda: defaultdict(list))
     for m in measurements:

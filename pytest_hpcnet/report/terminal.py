@@ -7,7 +7,7 @@ from tabulate import tabulate
 from ..measure import Measurement
 
 
-def _fmt(x) -> str:
+def fmt_number(x) -> str:
     if x is None:
         return "-"
     if isinstance(x, float):
@@ -19,21 +19,24 @@ def _params(p: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(p.items()))
 
 
-def _order(m: Measurement):
-    """Metric, config, then parameters with numbers compared as numbers (1, 64, 1024, not 1, 1024, 64)."""
-    params = tuple((k, (0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)))
-                   for k, v in sorted(m.params.items()))
-    return m.metric, m.config, params
+def param_sort_value(v):
+    """Numbers compare as numbers (1, 64, 1024, not 1, 1024, 64); anything else as text, after them."""
+    return (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, str(v))
+
+
+def measurement_order(m: Measurement):
+    """Metric, config, then parameters by ``param_sort_value``."""
+    return m.metric, m.config, tuple((k, param_sort_value(v)) for k, v in sorted(m.params.items()))
 
 
 def measurements_table(measurements: list[Measurement]) -> str:
     """One row per measurement, perftest-style columns (the unit says whether it is round-trip)."""
     rows = []
-    for m in sorted(measurements, key=_order):
+    for m in sorted(measurements, key=measurement_order):
         s = m.stats or {}
-        rows.append([m.metric, m.config or "-", _params(m.params), m.unit, _fmt(m.value),
-                     _fmt(s.get("min")), _fmt(s.get("mean")), _fmt(s.get("stdev")), _fmt(s.get("p99")),
-                     _fmt(s.get("p99_9")), _fmt(s.get("max")), s.get("n", len(m.samples))])
+        rows.append([m.metric, m.config or "-", _params(m.params), m.unit, fmt_number(m.value),
+                     fmt_number(s.get("min")), fmt_number(s.get("mean")), fmt_number(s.get("stdev")), fmt_number(s.get("p99")),
+                     fmt_number(s.get("p99_9")), fmt_number(s.get("max")), s.get("n", len(m.samples))])
     return tabulate(rows, headers=["metric", "config", "params", "unit", "median", "min", "mean", "stdev",
                                    "p99", "p99.9", "max", "n"], tablefmt="simple", disable_numparse=True)
 
@@ -42,7 +45,7 @@ def verdicts_table(verdicts: list[dict]) -> str:
     rows = []
     for v in sorted(verdicts, key=lambda v: v["claim_id"]):
         ci = v.get("ci")
-        rows.append([v["claim_id"], v["outcome"].upper(), _fmt(v.get("quantity")),
+        rows.append([v["claim_id"], v["outcome"].upper(), fmt_number(v.get("quantity")),
                      f"[{ci[0]:.4g}, {ci[1]:.4g}]" if ci else "-", v.get("bound", "-"),
                      v.get("reason") or "", v.get("source", "")])
     return tabulate(rows, headers=["claim", "verdict", "measured", "CI", "bound", "why", "source"],

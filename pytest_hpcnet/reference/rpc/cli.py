@@ -117,18 +117,12 @@ def ping_command(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """``python -m pytest_hpcnet.reference.rpc.cli serve|ping ...``: the same commands as ``hpcnet rpc``
     without importing every other area's commands (a server starts in a fraction of the time)."""
-    from ...errors import HpcnetError
+    from ...cli import run  # the command runner alone: no other area's modules are imported
 
     parser = argparse.ArgumentParser(prog="hpcnet")
     add_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["rpc", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return int(args.func(args) or 0)
-    except HpcnetError as e:
-        print(f"hpcnet rpc: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return run(args, "hpcnet rpc")
 
 
 if __name__ == "__main__":
