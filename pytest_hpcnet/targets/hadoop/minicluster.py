@@ -262,7 +262,8 @@ class MiniCluster:
         return f"\n--- {self.log_path} (errors, then last lines) ---\n" + "\n".join(interesting + text[-lines:])
 
     def stop(self) -> None:
-        atexit.unregister(self.stop)
+        # The atexit hook stays registered until the tree is gone: a second Ctrl-C arriving inside
+        # kill_tree() must not leave the JVM behind (seen: pkill -INT reaching pytest twice).
         if self.proc is not None and self.proc.poll() is None:
             kill_tree(self.proc.pid)
         if self.proc is not None:
@@ -270,6 +271,7 @@ class MiniCluster:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+        atexit.unregister(self.stop)
 
     def __enter__(self) -> "MiniCluster":
         return self
