@@ -20,6 +20,7 @@ forever.
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 import struct
 import threading
 import time
@@ -124,7 +125,7 @@ def remaining(deadline: float) -> float:
     return left
 
 
-class StreamConnection:
+class StreamConnection(ABC):
     """Framing over a byte stream. Subclasses provide ``_recv_into`` and ``_send_views``.
 
     A receive that times out mid-message keeps what it has read, so the next ``recv`` resumes the same
@@ -148,12 +149,13 @@ class StreamConnection:
         self._closed = False
 
     # -- implemented by subclasses -------------------------------------------------------------
+    @abstractmethod
     def _recv_into(self, view: memoryview, deadline: float) -> int:
         """Read at least one byte into ``view``; raise TransportTimeout/TransportClosed."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _send_views(self, views: Sequence[Bytes], deadline: float) -> None:
-        raise NotImplementedError
+        """Write every view, in order, before ``deadline``."""
 
     # -- messages ------------------------------------------------------------------------------
     @property
