@@ -12,8 +12,14 @@ class ReferenceTarget:
     name = "reference"
 
     def configurations(self) -> dict[str, dict]:
-        # Transports and buffer designs join as the reference implementation grows them.
-        return {"transport=tcp": {"transport": "tcp"}}
+        """One entry per setting a named configuration may name (``transport=shm,buffers=naive``).
+
+        Transports are the ones that can run here (``verbs`` only with pyverbs and an active RDMA port).
+        """
+        from ..reference.transport import TRANSPORTS
+        settings = {"transport": sorted(TRANSPORTS), "buffers": ["pooled", "naive"], "net": ["eth", "ib"],
+                    "intermediate": ["local", "shared"], "shuffle": ["fetch", "direct"]}
+        return {f"{key}={value}": {key: value} for key, values in settings.items() for value in values}
 
     def describe(self) -> dict:
         return {"name": self.name, "version": metadata.version("pytest-hpcnet"),
