@@ -22,9 +22,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from pytest_hpcnet.claims import Claim, load_claims
 from pytest_hpcnet.measure import Measurement, measurement, ratio_ci
+from pytest_hpcnet.sockets import recv_exact
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,9 +59,9 @@ def workload(fn):
 
 
 def measurements_of(cache: dict) -> list[Measurement]:
-    """The measurements a workload's cache holds; NotImplementedError (asv's "skip") if it could not run."""
+    """The measurements a workload's cache holds; asv's SkipNotImplemented if it could not run."""
     if "unavailable" in cache:
-        raise NotImplementedError(cache["unavailable"])
+        raise SkipNotImplemented(cache["unavailable"])
     return [Measurement.from_json(m) for m in cache["measurements"]]
 
 
@@ -140,12 +142,7 @@ def _floor_pinger(host: str, port: int):
 
     def once():
         sock.sendall(message)
-        got = 0
-        while got < len(reply):
-            n = sock.recv_into(reply[got:])
-            if n == 0:
-                raise ConnectionError("socket floor server closed the connection")
-            got += n
+        recv_exact(sock, reply)
     return once, sock.close
 
 

@@ -13,6 +13,7 @@ program running. Both remote commands are wrapped in ``sh -c`` so the user's log
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
@@ -83,11 +84,10 @@ class SshProcess:
 
     def kill(self, grace: float = 2.0):
         if self._client.poll() is None:
-            try:
+            # An unreachable node: killing the local client below is all we can do.
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                 subprocess.run(self.kill_argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, timeout=30, check=False)
-            except (OSError, subprocess.TimeoutExpired):
-                pass  # unreachable node: killing the local client below is all we can do
         self._client.kill(grace)
 
     def output(self):

@@ -21,6 +21,7 @@ import sys
 import time
 
 from ..errors import ConfigError
+from ..sockets import recv_exact
 from .bsfile import DEFAULT_SAMPLES, write_bs
 from .levels import check_level, priority_value
 
@@ -39,15 +40,6 @@ def parse_peers(text: str) -> list[tuple[str, int]]:
     if len(peers) < 2:
         raise ConfigError("a barrier needs at least two peers", "--peers")
     return peers
-
-
-def _recv_exact(sock: socket.socket, view: memoryview) -> None:
-    got = 0
-    while got < len(view):
-        n = sock.recv_into(view[got:])
-        if n == 0:
-            raise ConnectionError("peer closed the connection")
-        got += n
 
 
 def _tune(sock: socket.socket, priority: int | None, timeout: float) -> None:
@@ -77,7 +69,7 @@ def connect_mesh(rank: int, peers: list[tuple[str, int]], priority: int | None =
             conn, _ = listener.accept()
             _tune(conn, priority, timeout)
             hello = bytearray(_HELLO.size)
-            _recv_exact(conn, memoryview(hello))
+            recv_exact(conn, memoryview(hello))
             (other,) = _HELLO.unpack(hello)
             if not rank < other < len(peers) or other in conns:
                 conn.close()  # a stray or duplicate connection: not part of this barrier
@@ -122,7 +114,7 @@ def run_rounds(conns: dict[int, socket.socket], rounds: int, size: int = 64, war
         for s in peers:
             s.sendall(message)
         for s in peers:
-            _recv_exact(s, view)
+            recv_exact(s, view)
             if _ROUND.unpack_from(reply)[0] != r:
                 raise ConnectionError(f"round {r}: a peer sent round {_ROUND.unpack_from(reply)[0]}")
         t1 = clock()

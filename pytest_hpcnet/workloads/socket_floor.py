@@ -16,20 +16,12 @@ import time
 
 from ..cluster.pool import Launchers, finish, wait_for_line
 from ..measure import Measurement, measurement
+from ..sockets import recv_exact
 
 METRIC = "socket.pingpong.rtt"
 DEFAULT_SIZES = (1, 64, 1024, 4096, 16384, 65536)
 _LEN = struct.Struct(">I")
 MAX_SIZE = 64 << 20
-
-
-def _recv_exact(sock: socket.socket, view: memoryview) -> None:
-    got = 0
-    while got < len(view):
-        n = sock.recv_into(view[got:])
-        if n == 0:
-            raise ConnectionError("peer closed the connection mid-message")
-        got += n
 
 
 def _tune(sock: socket.socket) -> None:
@@ -52,14 +44,14 @@ def _echo(conn: socket.socket) -> None:
     buf = bytearray(65536)
     try:
         while True:
-            _recv_exact(conn, memoryview(header))
+            recv_exact(conn, memoryview(header))
             (size,) = _LEN.unpack(header)
             if size > MAX_SIZE:
                 return  # garbage or a hostile peer: drop the connection, keep serving
             if size > len(buf):
                 buf = bytearray(size)
             view = memoryview(buf)[:size]
-            _recv_exact(conn, view)
+            recv_exact(conn, view)
             conn.sendall(header)
             conn.sendall(view)
     except (ConnectionError, OSError):
@@ -79,7 +71,7 @@ def pingpong(host: str, port: int, sizes, iterations: int, warmup: int) -> dict[
             for i in range(warmup + iterations):
                 t0 = time.perf_counter_ns()
                 sock.sendall(message)
-                _recv_exact(sock, view)
+                recv_exact(sock, view)
                 t1 = time.perf_counter_ns()
                 if i >= warmup:
                     samples.append((t1 - t0) / 1000.0)

@@ -9,8 +9,6 @@ import re
 import pytest
 
 from pytest_hpcnet.targets.hadoop import jobs
-from pytest_hpcnet.targets.hadoop.runtime import HadoopUnavailable, find_runtime
-from pytest_hpcnet.targets.hadoop.shared import shared_minicluster
 
 pytestmark = pytest.mark.hadoop
 
@@ -20,20 +18,8 @@ LABELS = ["----- TestDFSIO ----- : ", "            Date & time: ", "        Numb
 NUMBER = r"(\d+(\.\d{1,2})?|\.\d{1,2})"
 
 
-@pytest.fixture(scope="session")   # session-wide: every module shares the one MiniCluster
-def hadoop(target, tmp_path_factory):
-    if target.name != "hadoop":
-        pytest.skip(f"target is {target.name!r}; these run with --hpcnet-target hadoop")
-    try:
-        rt = find_runtime()
-    except HadoopUnavailable as e:
-        pytest.skip(f"Hadoop unavailable: {e}")
-    with shared_minicluster(rt, tmp_path_factory.mktemp("minicluster")) as mc:
-        yield rt, mc
-
-
-def test_write_then_read_blocks_as_the_reference_prints_them(hadoop, tmp_path):
-    rt, mc = hadoop
+def test_write_then_read_blocks_as_the_reference_prints_them(hadoop_target, tmp_path):
+    rt, mc = hadoop_target
     res = tmp_path / "TestDFSIO_results.log"
     for kind in ("-write", "-read"):
         jobs.dfsio(rt, [kind, "-nrFiles", "3", "-size", "1MB"], res_file=res, conf_dir=mc.conf_dir)

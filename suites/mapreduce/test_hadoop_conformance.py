@@ -15,8 +15,6 @@ from pathlib import Path
 import pytest
 
 from pytest_hpcnet.targets.hadoop import jobs
-from pytest_hpcnet.targets.hadoop.runtime import HadoopUnavailable, find_runtime
-from pytest_hpcnet.targets.hadoop.shared import shared_minicluster
 
 pytestmark = pytest.mark.hadoop
 
@@ -25,21 +23,9 @@ GOLDEN = Path(__file__).resolve().parents[2] / "fixtures" / "golden" / "teragen.
 CASES = [c for c in tomllib.loads(GOLDEN.read_text())["case"] if c["start"] == 0 and c["rows"] > 0]
 
 
-@pytest.fixture(scope="session")   # session-wide: every module shares the one MiniCluster
-def hadoop(target, tmp_path_factory):
-    if target.name != "hadoop":
-        pytest.skip(f"target is {target.name!r}; these run with --hpcnet-target hadoop")
-    try:
-        rt = find_runtime()
-    except HadoopUnavailable as e:
-        pytest.skip(f"Hadoop unavailable: {e}")
-    with shared_minicluster(rt, tmp_path_factory.mktemp("minicluster")) as mc:
-        yield rt, mc
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"rows={c['rows']},maps={c['maps']}")
-def test_teragen_matches_golden_digests(hadoop, tmp_path, case):
-    rt, mc = hadoop
+def test_teragen_matches_golden_digests(hadoop_target, tmp_path, case):
+    rt, mc = hadoop_target
     result = jobs.teragen(rt, case["rows"], f"file://{tmp_path / 'gen'}", maps=case["maps"], conf_dir=mc.conf_dir)
     digests = [hashlib.sha256((tmp_path / "gen" / f"part-m-{i:05d}").read_bytes()).hexdigest()
                for i in range(case["maps"])]
@@ -47,18 +33,18 @@ def test_teragen_matches_golden_digests(hadoop, tmp_path, case):
     assert f"{result.details['checksum']:x}" == case["checksum"]
 
 
-def test_terasort_output_validates_with_teragen_checksum(hadoop):
-    rt, mc = hadoop
+def test_terasort_output_validates_with_teragen_checksum(hadoop_target):
+    rt, mc = hadoop_target
     gen = jobs.teragen(rt, 50_001, "/conformance/in", maps=3, conf_dir=mc.conf_dir)
     jobs.terasort(rt, "/conformance/in", "/conformance/out", reduces=3, conf_dir=mc.conf_dir)
     check = jobs.teravalidate(rt, "/conformance/out", "/conformance/report", conf_dir=mc.conf_dir)
     assert check.details["lines"] == [f"checksum\t{gen.details['checksum']:x}"]
 
 
-def test_teravalidate_catches_a_swapped_record(hadoop, tmp_path):
+def test_teravalidate_catches_a_swapped_record(hadoop_target, tmp_path):
     from pytest_hpcnet.reference.mapreduce.teragen import teragen as ref_teragen
     from pytest_hpcnet.reference.mapreduce.terasort import terasort as ref_terasort
-    rt, mc = hadoop
+    rt, mc = hadoop_target
     ref_teragen(20_000, tmp_path / "in", maps=2)
     ref_terasort(tmp_path / "in", tmp_path / "out", reduces=3)
     part = tmp_path / "out" / "part-r-00001"
@@ -71,8 +57,8 @@ def test_teravalidate_catches_a_swapped_record(hadoop, tmp_path):
     assert any("misorder" in line and "part-r-00001" in line for line in result.details["errors"])
 
 
-def test_sort_job_output_validates(hadoop):
-    rt, mc = hadoop
+def test_sort_job_output_validates(hadoop_target):
+    rt, mc = hadoop_target
     jobs.randomwriter(rt, "/conformance/rw", 1 << 20, maps=2, conf_dir=mc.conf_dir)
     jobs.sort(rt, "/conformance/rw", "/conformance/sorted", reduces=3, conf_dir=mc.conf_dir)
     assert jobs.sortvalidate(rt, "/conformance/rw", "/conformance/sorted", conf_dir=mc.conf_dir).details["valid"]

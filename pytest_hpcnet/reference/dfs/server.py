@@ -34,7 +34,7 @@ def _guard(handle_connection, conn, who: str) -> None:
     try:
         handle_connection(conn)
     except TransportClosed:
-        pass                                   # the peer went away: normal end of a connection
+        return                                 # the peer went away: normal end of a connection
     except FrameTooLarge as e:
         log(who, f"dropped connection from {peer}: {e} (garbage or a foreign protocol)")
     except ProtocolError as e:

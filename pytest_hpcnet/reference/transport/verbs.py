@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -512,11 +513,9 @@ class VerbsConnection(StreamConnection):
             if _readable(self._cc_fd, min(deadline - now, WAIT_SLICE)):
                 with self._lock:
                     self._raise_if_closed()
-                    try:
+                    with contextlib.suppress(self.pv.Error):   # another thread took the event
                         self.comp_channel.get_cq_event(self.cq)
                         self.cq.ack_events(1)
-                    except self.pv.Error:
-                        pass   # another thread took the event
             elif time.monotonic() - self._last_activity > PROBE_IDLE:
                 self._probe()
 

@@ -161,7 +161,7 @@ class ShuffleServer:
                     reply = [ERROR, f"bad shuffle request: {e}".encode()]
                 conn.send(reply, timeout=60)
         except TransportError:
-            pass                      # the reducer went away (or sent an oversized frame)
+            return                    # the reducer went away (or sent an oversized frame)
         finally:
             if region is not None:
                 region.close()

@@ -1,0 +1,19 @@
+"""Fixtures more than one suite uses."""
+
+import pytest
+
+from pytest_hpcnet.targets.hadoop.runtime import HadoopUnavailable, find_runtime
+from pytest_hpcnet.targets.hadoop.shared import shared_minicluster
+
+
+@pytest.fixture(scope="session")   # session-wide: every suite shares the one MiniCluster
+def hadoop_target(target, tmp_path_factory):
+    """(runtime, MiniCluster) when the run's target is Hadoop (``--hpcnet-target hadoop``)."""
+    if target.name != "hadoop":
+        pytest.skip(f"target is {target.name!r}; these run with --hpcnet-target hadoop")
+    try:
+        rt = find_runtime()
+    except HadoopUnavailable as e:
+        pytest.skip(f"Hadoop unavailable: {e}")
+    with shared_minicluster(rt, tmp_path_factory.mktemp("minicluster")) as mc:
+        yield rt, mc
