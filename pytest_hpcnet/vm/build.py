@@ -32,7 +32,7 @@ from .guest import VmError
 
 MIRROR = "http://deb.debian.org/debian"
 PY_SITE = "usr/local/lib/python3.11/dist-packages"
-PROJECT_DIRS = ("pytest_hpcnet", "suites")
+PROJECT_DIRS = ("pytest_hpcnet", "suites", "fixtures")   # fixtures: golden digests, cluster inventories
 PROJECT_FILES = ("pyproject.toml",)
 TRIM = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale", "var/cache/apt",
         "var/lib/apt/lists", "usr/share/lintian", "usr/share/zoneinfo")
@@ -218,7 +218,7 @@ def make_overlay(workdir: Path, init_text: str, source: Path | None = None) -> P
     (tree / "init").write_text(init_text)
     (tree / "init").chmod(0o755)
     dest = tree / "opt/hpcnet"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hpcnet")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hpcnet", "local-work")
     for name in PROJECT_DIRS:
         shutil.copytree(source / name, dest / name, ignore=ignore)
     for name in PROJECT_FILES:

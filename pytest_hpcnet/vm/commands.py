@@ -6,7 +6,9 @@ import sys
 import time
 from pathlib import Path
 
-DEFAULT_TESTS = ["suites/rpc/test_verbs_rpc.py", "suites/rpc/test_verbs_bulk.py"]
+# every rdma-marked test of the suites: verbs RPC, the block store and the TeraSort shuffle over verbs, and
+# the paper claims (which skip in the guest, naming the hardware Soft-RoCE is not)
+DEFAULT_TESTS = ["-m", "rdma", "suites"]
 
 
 def add_commands(sub) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from pytest_hpcnet.measure import measurement
 from pytest_hpcnet.reference.dfs.store import BlockStore
-from pytest_hpcnet.reference.transport import TRANSPORTS
+from pytest_hpcnet.reference.transport import TRANSPORTS, verbs
 from pytest_hpcnet.workloads.dfsio import FsTarget, parse_dfsio_args, run_dfsio
 
 ROUNDS = 12
@@ -80,7 +80,8 @@ def test_seed001_testdfsio_rdma_vs_ipoib(launchers, cluster, workdirs, measure, 
     """Seed 001: TestDFSIO throughput 2.18x-2.26x with RDMA-IB vs IPoIB (100 Gbps), 5 datanodes,
     60 maps, 256 MB blocks. Runs the block store over tcp on the IPoIB network against verbs."""
     if "verbs" not in TRANSPORTS:
-        pytest.skip("the verbs transport is not implemented yet; this claim needs it as the candidate")
+        pytest.skip(f"the verbs transport cannot run here ({verbs.unavailable_reason()}); this claim needs it "
+                    "as the candidate")
     opts = parse_dfsio_args(["-write", "-nrFiles", "60", "-size", "1GB"])
     stores = {}
     try:

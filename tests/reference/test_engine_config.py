@@ -31,8 +31,7 @@ def test_bad_configurations_name_the_text(text, message):
 def test_runnable_checks(tmp_path):
     cluster = local_cluster(2, tmp_path)
     check_runnable(parse_config("transport=shm,intermediate=shared,shuffle=direct"), cluster)
-    with pytest.raises(ConfigError, match="transport 'verbs' is not available"):
-        check_runnable(parse_config("transport=verbs"), cluster)
+    check_runnable(parse_config("transport=verbs"), cluster)   # whether nodes have RDMA: their workers say
     with pytest.raises(ConfigError, match=r"net=ib but node\(s\) node0, node1 have no 'ib' address"):
         check_runnable(parse_config("net=ib"), cluster)
     no_shared = cluster.__class__(name="x", nodes=cluster.nodes, source="x", shared=None)

@@ -9,8 +9,8 @@ combination that cannot work (``shuffle=direct`` without a shared intermediate d
 ``ConfigError`` naming the text it came from.
 
 - ``transport``: ``tcp`` (sockets; the IPoIB / 10GigE role), ``shm`` (same-host shared-memory rings,
-  the kernel-bypass stand-in), ``verbs`` (RDMA; accepted by the parser so paper claims can name it,
-  refused by the engine until the verbs transport exists).
+  the kernel-bypass stand-in), ``verbs`` (RDMA through pyverbs: reducers RDMA-READ the segments the
+  shuffle server registers; needs an RDMA device on every node, which each worker reports).
 - ``intermediate``: ``local`` (each node's work dir, like Hadoop's local dirs) or ``shared`` (the
   cluster's shared dir, the Lustre role).
 - ``shuffle``: ``fetch`` (a reducer asks each map's node for its segment over the transport, the
@@ -31,7 +31,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "shuffle": ("fetch", "direct"),
     "net": ("eth", "ib"),
 }
-ENGINE_TRANSPORTS = ("tcp", "shm")   # what the engine's shuffle servers can serve today
+ENGINE_TRANSPORTS = ("tcp", "shm", "verbs")   # what the engine's shuffle servers can serve
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ....errors import HpcnetError, LaunchError
+from ....errors import ConfigError, HpcnetError, LaunchError
 from .config import EngineConfig, check_runnable, parse_config
 from .protocol import Channel, ProtocolError
 
@@ -375,6 +375,7 @@ class Engine:
         ``part-r-NNNNN`` into ``outdir`` (the job's temporary output dir)."""
         config = parse_config(config)
         check_runnable(config, self.cluster)
+        self._check_workers_serve(config)
         self._begin_job()
         job_id = f"{name}-{uuid.uuid4().hex[:8]}"
         root = "shared" if config.intermediate == "shared" else "local"
@@ -436,6 +437,14 @@ class Engine:
                                   "shuffle_bytes": sum(r["bytes"] for r in reduce_results.values())},
                          attempts=sum(t.attempts for t in maps) + sum(t.attempts for t in reduce_tasks.values()),
                          lost_workers=list(self._lost_this_job))
+
+    def _check_workers_serve(self, config: EngineConfig) -> None:
+        """Refuse a transport some worker has no shuffle server for (verbs without an RDMA device)."""
+        lacking = [w.shuffle.get(f"{config.transport}_unavailable", f"{w.name}: no {config.transport} server")
+                   for w in self.live_workers() if config.transport not in w.shuffle]
+        if lacking:
+            raise ConfigError(f"transport={config.transport} needs a shuffle server on every node: "
+                              + "; ".join(lacking), f"engine configuration {config.name!r}")
 
     def _source(self, output: dict, root: str, config: EngineConfig) -> dict:
         """Where a reduce gets one map's segment: the map's node, or (shared dir, node lost) any live one."""

@@ -8,7 +8,7 @@ so a reader never sees half a file and a re-run attempt never collides with a de
 The shuffle server (the ShuffleHandler role) listens on a transport (``tcp``, ``shm``) and answers
 requests ``{"root": "local"|"shared", "path": <map output path relative to the root>, "reduce": r}``
 with one message: a status byte (0 = ok) and the segment bytes, or status 1 and an error text. On a
-transport with one-sided access (shm; verbs later) a request may add ``"one_sided": true``: the server
+transport with one-sided access (shm, verbs) a request may add ``"one_sided": true``: the server
 then reads the segment into a registered region and replies status 2 with the region's descriptor and
 the segment's size, and the reducer ``get``s the bytes itself -- the RDMA-READ shape of the shuffle,
 one copy on each side instead of streaming through the message ring. Each connection has one region,
@@ -35,7 +35,7 @@ from ....errors import HpcnetError
 from ...transport import RemoteRegion, TransportError, TransportTimeout, get_transport
 
 OK, ERROR, REGION = b"\x00", b"\x01", b"\x02"
-ONE_SIDED_TRANSPORTS = ("shm",)
+ONE_SIDED_TRANSPORTS = ("shm", "verbs")
 MIN_REGION = 1 << 20
 MAX_REQUEST = 64 * 1024
 DATA_SUFFIX, INDEX_SUFFIX = ".out", ".index"

@@ -3,8 +3,9 @@
     python -m pytest_hpcnet.reference.mapreduce.engine.worker --driver HOST:PORT --node NAME \
         --workdir DIR [--shared DIR] --addresses '{"eth": "127.0.0.1"}'
 
-It starts a shuffle server per transport (tcp on each of the node's networks, shm), connects to the
-driver's control socket, says hello (with the servers' addresses), and then runs the tasks the driver
+It starts a shuffle server per transport (tcp on each of the node's networks, shm, and verbs where the
+node has an RDMA device -- on its ``ib`` address if it has one), connects to the driver's control
+socket, says hello (with the servers' addresses, or why verbs could not start), and then runs the tasks the driver
 sends, one at a time, replying ``done`` with the task's result or ``failed`` with the error. A thread
 sends a heartbeat every ``HEARTBEAT_SECONDS``. The worker exits when the driver says ``stop`` or its
 connection goes away, so a dead driver never leaves workers behind.
@@ -28,6 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from . import protocol
+from ...transport import TransportError
+from ...transport import verbs
 from .shuffle import FetchError, ShuffleServer, close_idle, fetch_segments, resolve, write_map_output
 from .. import randomwriter, sort as kvsort, teragen, teravalidate
 from ..partition import partition
@@ -72,6 +75,14 @@ class Worker:
         for net, host in sorted(addresses.items()):
             self.servers.append(("tcp", net, ShuffleServer("tcp", host, self.roots)))
         self.servers.append(("shm", None, ShuffleServer("shm", node, self.roots)))
+        self.verbs_unavailable = verbs.unavailable_reason() if verbs.looks_usable() else \
+            "no pyverbs or no ACTIVE RDMA port with an IPv4 address on this node"
+        if self.verbs_unavailable is None:
+            host = addresses.get("ib") or next(iter(sorted(addresses.values())), "127.0.0.1")
+            try:
+                self.servers.append(("verbs", None, ShuffleServer("verbs", host, self.roots)))
+            except TransportError as e:
+                self.verbs_unavailable = f"the verbs shuffle server did not start: {e}"
 
     def shuffle_addresses(self) -> dict:
         out: dict = {"tcp": {}}
@@ -80,6 +91,8 @@ class Worker:
                 out["tcp"][net] = list(server.address)
             else:
                 out[transport] = list(server.address)
+        if self.verbs_unavailable:
+            out["verbs_unavailable"] = f"{self.node}: {self.verbs_unavailable}"
         return out
 
     # -- tasks --------------------------------------------------------------------------------------
