@@ -360,6 +360,8 @@ class VerbsConnection(StreamConnection):
                                                                        self._recv.lkey)])
                           for i in range(RECV_DEPTH)]
         self._free_send = list(range(SEND_SLOTS))
+        self._send_wrs: dict[tuple[int, int], object] = {}   # (slot, size) -> SendWR, see _post_eager
+        self._credit_wr = None
         self._sent = 0                 # SENDs posted (each used one peer receive)
         self._peer_reposted = 0        # receives the peer has re-posted, as far as we know
         self._reposted = 0             # receives we have re-posted
@@ -461,11 +463,12 @@ class VerbsConnection(StreamConnection):
     def _write_credits(self) -> None:
         pv = self.pv
         struct.pack_into("<Q", self._credit.view, 8, self._reposted)
-        wr = pv.wr.SendWR(wr_id=_CREDIT_WR, opcode=pv.e.IBV_WR_RDMA_WRITE, num_sge=1,
-                          sg=[pv.wr.SGE(self._credit.addr + 8, 8, self._credit.lkey)],
-                          send_flags=pv.e.IBV_SEND_SIGNALED)
-        wr.set_wr_rdma(self._peer_credit[1], self._peer_credit[0])
-        self.qp.post_send(wr)
+        if self._credit_wr is None:   # always the same words on both sides: made once
+            self._credit_wr = pv.wr.SendWR(wr_id=_CREDIT_WR, opcode=pv.e.IBV_WR_RDMA_WRITE, num_sge=1,
+                                           sg=[pv.wr.SGE(self._credit.addr + 8, 8, self._credit.lkey)],
+                                           send_flags=pv.e.IBV_SEND_SIGNALED)
+            self._credit_wr.set_wr_rdma(self._peer_credit[1], self._peer_credit[0])
+        self.qp.post_send(self._credit_wr)
         self._sq_used += 1
         self._reported = self._reposted
 
@@ -552,9 +555,15 @@ class VerbsConnection(StreamConnection):
         length = pos - base - HDR.size
         HDR.pack_into(dst, base, kind, length, self._reposted)
         self._reported = self._reposted
-        wr = pv.wr.SendWR(wr_id=_SEND_BASE + slot, opcode=pv.e.IBV_WR_SEND, num_sge=1,
-                          sg=[pv.wr.SGE(self._send.addr + base, HDR.size + length, self._send.lkey)],
-                          send_flags=pv.e.IBV_SEND_SIGNALED)
+        # One work request per (slot, power-of-two size) made once and reused: building a pyverbs
+        # SendWR + SGE per message costs more than posting it. The receiver reads the length from the
+        # header, so the few extra bytes of a rounded-up size are never looked at.
+        size = min(SLOT, max(64, 1 << (HDR.size + length - 1).bit_length()))
+        wr = self._send_wrs.get((slot, size))
+        if wr is None:
+            wr = self._send_wrs[(slot, size)] = pv.wr.SendWR(
+                wr_id=_SEND_BASE + slot, opcode=pv.e.IBV_WR_SEND, num_sge=1,
+                sg=[pv.wr.SGE(self._send.addr + base, size, self._send.lkey)], send_flags=pv.e.IBV_SEND_SIGNALED)
         self.qp.post_send(wr)
         self._sent += 1
         self._sq_used += 1
