@@ -34,6 +34,13 @@ def _nonempty(text: str) -> str:
     return text
 
 
+def _verdicts(text: str) -> str:
+    text = str(text).strip()
+    if text not in ("enforce", "report"):
+        raise ValueError(f"expected 'enforce' or 'report', got {text!r}")
+    return text
+
+
 def _words(value) -> list[str]:
     """A list option: repeated CLI flags, or comma/space separated text from env or ini."""
     if isinstance(value, (list, tuple)):
@@ -75,6 +82,9 @@ SETTINGS = (
             parse=_positive_int),
     Setting("assume", "declare a hardware feature the probe can't see (repeatable)", [],
             parse=_words, many=True),
+    Setting("verdicts", "what a failed claim does: enforce (fails its test) or report (recorded and "
+            "printed as failed, the test passes: for tracking, and for rehearsing claims off their hardware)",
+            "enforce", parse=_verdicts),
     Setting("sysroot", "read /sys and /proc of every node under this directory (canned hardware trees)",
             None, parse=lambda v: str(Path(_nonempty(v)))),
 )

@@ -40,6 +40,7 @@ class HpcnetSession:
         self.report_dir = Path(values["report"])
         self.rounds = values["rounds"] or DEFAULT_ROUNDS
         self.assumed = frozenset(values["assume"])
+        self.enforce_verdicts = values["verdicts"] == "enforce"
         hardware.check_feature_names(self.assumed, where["assume"])
 
         self._tmp = Path(tempfile.mkdtemp(prefix="hpcnet-"))

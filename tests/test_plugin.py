@@ -149,6 +149,17 @@ def test_failing_claim_fails_with_ratio_bound_and_source(pytester, run_hpcnet, s
     result.stdout.fnmatch_lines(["*demo.faster*1*0.8*test*"])
 
 
+def test_report_mode_records_a_failed_claim_without_failing_its_test(pytester, run_hpcnet, tmp_path, sysfs):
+    _suite(pytester, 1.0)
+    result = run_hpcnet("suites", f"--hpcnet-sysroot={sysfs / 'plain-eth'}", "--hpcnet-verdicts=report",
+                        "--hpcnet-assume=ib_qdr")
+    result.assert_outcomes(passed=2, warnings=1)   # the paper claim ran too: its hardware was assumed
+    result.stdout.fnmatch_lines(["*not enforced: --hpcnet-verdicts report*", "*demo.faster*FAIL*"])
+    [path] = _records(tmp_path)
+    outcomes = {v["claim_id"]: v["outcome"] for v in json.loads(path.read_text())["verdicts"]}
+    assert outcomes == {"demo.faster": "fail", "demo.paper": "pass"}
+
+
 def test_junitxml_carries_measurements_and_verdicts(pytester, run_hpcnet, sysfs):
     _suite(pytester, 0.5)
     run_hpcnet("suites", f"--hpcnet-sysroot={sysfs / 'plain-eth'}", "--junitxml=out.xml")
