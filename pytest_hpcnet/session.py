@@ -52,6 +52,10 @@ class HpcnetSession:
                     cluster, nodes=tuple(dataclasses.replace(n, sysroot=sysroot) for n in cluster.nodes))
             for node in cluster.nodes:
                 hardware.check_feature_names(node.features, f"{cluster.source}: node {node.name}: features")
+            if cluster.shared is not None and all(n.launcher == "local" for n in cluster.nodes):
+                # every node is on this host, so the "cluster file system" is a dir here: make it, as
+                # the local launcher makes work dirs (a remote cluster's must already be mounted)
+                Path(cluster.shared).mkdir(parents=True, exist_ok=True)
             self.cluster = cluster
             self.target = load_target(values["target"], where["target"])
             self.claims: dict[str, Claim] = load_claims(

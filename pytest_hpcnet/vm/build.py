@@ -218,7 +218,7 @@ def make_overlay(workdir: Path, init_text: str, source: Path | None = None) -> P
     (tree / "init").write_text(init_text)
     (tree / "init").chmod(0o755)
     dest = tree / "opt/hpcnet"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hpcnet", "local-work")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hpcnet", "local-work", "softroce-work")
     for name in PROJECT_DIRS:
         shutil.copytree(source / name, dest / name, ignore=ignore)
     for name in PROJECT_FILES:

@@ -23,6 +23,9 @@ def add_commands(sub) -> None:
     t.add_argument("--timeout", type=float, default=900, help="seconds before the guest is killed")
     t.add_argument("--source", type=Path, help="project tree to copy into the guest (default: this package's)")
     t.add_argument("--command", help="run this shell command in the guest instead of pytest")
+    t.add_argument("--rehearse-claims", action="store_true",
+                   help="then run the paper claims on the Soft-RoCE device, verdicts reported not enforced "
+                        "(rehearsal.xml, rehearsal/)")
     t.add_argument("pytest_args", nargs="*", help=f"pytest arguments in the guest (default {' '.join(DEFAULT_TESTS)})")
     t.set_defaults(func=_test)
 
@@ -41,6 +44,8 @@ def _test(args) -> int:
     from . import boot, guest
 
     command = args.command or guest.guest_pytest_command(args.pytest_args or DEFAULT_TESTS)
+    if args.rehearse_claims:
+        command = guest.all_of([command, guest.rehearsal_command()])
     run = boot.run(command, args.results.resolve(), timeout=args.timeout, cache=args.cache, source=args.source,
                    log=lambda m: print(m, file=sys.stderr))
     output = run.results / "output.txt"

@@ -237,12 +237,20 @@ def _ib_send_lat(host: str, iterations: int = 1000) -> dict:
     line and, from ``-H``, every iteration's latency (perftest prints them sorted, one-way = RTT/2)."""
     cmd = ["ib_send_lat", "-R", "-n", str(iterations), "-s", "2", "-F", "-H"]
     server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    tries = []
     try:
-        time.sleep(1.0)
-        out = subprocess.run(cmd + [host], capture_output=True, text=True, timeout=120).stdout
+        # the server says nothing we can wait for (its stdout is block-buffered in a pipe), so a client
+        # that came too early -- it fails to connect at once -- tries again
+        for _ in range(10):
+            time.sleep(1.0)
+            client = subprocess.run(cmd + [host], capture_output=True, text=True, timeout=120)
+            tries.append(f"exit {client.returncode}: {client.stdout[-1500:]}{client.stderr[-500:]}")
+            if client.returncode == 0:
+                break
     finally:
         server.kill()
         server.wait()
+    out = client.stdout
     samples = [float(m.group(1)) for m in re.finditer(r"^\d+, ([0-9.]+)$", out, re.M)]
     for line in out.splitlines():
         cols = line.split()
@@ -250,7 +258,8 @@ def _ib_send_lat(host: str, iterations: int = 1000) -> dict:
             # #bytes #iterations t_min[usec] t_max t_typical t_avg t_stdev 99% 99.9%
             return {"t_min": float(cols[2]), "t_typical": float(cols[4]), "t_avg": float(cols[5]),
                     "samples": samples}
-    raise AssertionError(f"no result line or per-iteration latencies in ib_send_lat output:\n{out}")
+    raise AssertionError("no result line or per-iteration latencies from ib_send_lat; client runs:\n"
+                         + "\n".join(tries))
 
 
 def test_latency_sweep_verbs_and_tcp_next_to_ib_send_lat(cluster, launchers, measure):
