@@ -220,7 +220,7 @@ def test_verbs_suites_pass_in_the_soft_roce_guest(tmp_path, measure):
     assert run.exit_status == 0, output[-4000:]
     suite = _suite(run.results / "junit.xml")
     outcomes = _outcomes(suite)
-    assert len(outcomes) >= 18 and not {"failure", "error"} & set(outcomes.values()), outcomes
+    assert len(outcomes) >= 20 and not {"failure", "error"} & set(outcomes.values()), outcomes
     # the only skips are paper claims, for hardware Soft-RoCE is not (QDR InfiniBand)
     skipped = {c.get("name"): c.find("skipped").get("message", "") for c in suite.iter("testcase")
                if c.find("skipped") is not None}
@@ -232,6 +232,7 @@ def test_verbs_suites_pass_in_the_soft_roce_guest(tmp_path, measure):
             "test_terasort_with_verbs_shuffle_validates[local]",
             "test_terasort_with_verbs_shuffle_validates[shared]",
             "test_terasort_job_time_verbs_next_to_tcp",
+            "test_verbs_shuffle_survives_a_killed_worker[holding-a-reduce]",
             "test_latency_sweep_verbs_and_tcp_next_to_ib_send_lat"} <= passed, sorted(passed)
 
     records = sorted((run.results / "report").glob("*.json"))

@@ -12,10 +12,13 @@ import hashlib
 
 import pytest
 
+from pytest_hpcnet.reference.mapreduce import teravalidate as tv
 from pytest_hpcnet.reference.mapreduce.engine import jobs
+from pytest_hpcnet.reference.mapreduce.engine.driver import Engine
 from pytest_hpcnet.workloads import mapreduce as wm
 
 from .mapreduce_pairs import run_pair
+from .test_fault_tolerance import kill_on
 
 pytestmark = [pytest.mark.rdma, pytest.mark.pyverbs]
 
@@ -47,3 +50,19 @@ def test_terasort_job_time_verbs_next_to_tcp(engine, shared_dir, measure):
                           reduces=len(engine.workers), rounds=3)
     assert all(r.records == inp.records for r in base.results + cand.results)
     assert all(r.phases["shuffle"] > 0 for r in cand.results)
+
+
+@pytest.mark.parametrize("when,kind", [("map_done", None), ("dispatch", "reduce")],
+                         ids=["after-a-map", "holding-a-reduce"])
+def test_verbs_shuffle_survives_a_killed_worker(cluster, launchers, shared_dir, when, kind):
+    """The killed worker's verbs shuffle server dies with it: reducers fetching from it see the peer
+    gone (an error, not a hang), and the job re-runs that node's work elsewhere."""
+    if len(cluster.nodes) < 2:
+        pytest.skip(f"killing a worker needs at least 2 nodes; {cluster.source} has {len(cluster.nodes)}")
+    with Engine(cluster, launchers) as engine:      # its own workers: this test kills one
+        gen = jobs.teragen(engine, 30_000, shared_dir / "in", maps=3)
+        killed = kill_on(engine, when, kind)
+        result = jobs.terasort(engine, shared_dir / "in", shared_dir / "out", reduces=3, maps=6,
+                               config="transport=verbs,intermediate=local")
+    assert killed and result.lost_workers == killed
+    assert tv.teravalidate(shared_dir / "out") == [f"checksum\t{gen.details['checksum']}"]
