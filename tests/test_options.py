@@ -34,3 +34,11 @@ def test_list_settings_accept_repeats_and_commas():
     assert resolve(ASSUME, ["ib_qdr", "rdma,lustre"], {})[0] == ["ib_qdr", "rdma", "lustre"]
     assert resolve(ASSUME, [], {"HPCNET_ASSUME": "edr power8"})[0] == ["edr", "power8"]
     assert resolve(ASSUME, [], {})[0] == []
+
+
+def test_env_int_names_the_variable_of_a_bad_value():
+    from pytest_hpcnet.options import env_int
+    assert env_int("HPCNET_X", 7, environ={}) == 7
+    assert env_int("HPCNET_X", 7, environ={"HPCNET_X": "12"}) == 12
+    with pytest.raises(ConfigError, match=r"^\$HPCNET_X: expected a whole number, got '1e3'"):
+        env_int("HPCNET_X", 7, environ={"HPCNET_X": "1e3"})

@@ -130,14 +130,22 @@ def all_of(commands: list[str]) -> str:
 
 # The paper claims as written, on the guest's rxe device: their hardware assumed (``ib`` is the rxe
 # netdev, see fixtures/clusters/softroce.toml) and their verdicts reported, not enforced -- under
-# emulation Soft-RoCE is no QDR fabric, so they fail. What this shows is that the claims' verbs
-# configurations run end to end. Sizes keep it to about a minute: the RPC latency claims and the seed
-# 000 TeraSort claims against IPoIB (local disks and Lustre-only intermediate data).
+# emulation Soft-RoCE is no QDR/EDR fabric, so they fail. What this shows is that the claims' verbs
+# configurations run end to end: RPC (latency), the MapReduce shuffle (seed 000 TeraSort against
+# IPoIB, local disks and Lustre-only) and the block store's pipeline (seed 001 TestDFSIO), at sizes
+# that keep it to about two minutes.
 REHEARSAL_ARGS = ["suites/rpc/test_paper_claims.py", "suites/mapreduce/test_paper_claims.py",
-                  "-k", "latency or (seed000 and terasort and rdma_vs_ipoib)",
-                  "--hpcnet-cluster", "fixtures/clusters/softroce.toml", "--hpcnet-assume", "ib_qdr,lustre",
+                  "suites/dfsio/test_performance.py",
+                  "-k", "latency or (seed000 and terasort and rdma_vs_ipoib) or seed001_testdfsio",
+                  "--hpcnet-cluster", "fixtures/clusters/softroce.toml",
+                  "--hpcnet-assume", "ib_qdr,lustre,edr,power8",
                   "--hpcnet-verdicts", "report", "--hpcnet-rounds", "3"]
-REHEARSAL_ENV = {"HPCNET_MAPREDUCE_PAPER_ROWS": "20000", "HPCNET_MAPREDUCE_PAPER_ROUNDS": "2"}
+REHEARSAL_ENV = {"HPCNET_MAPREDUCE_PAPER_ROWS": "20000", "HPCNET_MAPREDUCE_PAPER_ROUNDS": "2",
+                 "HPCNET_DFSIO_PAPER_FILES": "3", "HPCNET_DFSIO_PAPER_SIZE_MB": "4", "HPCNET_DFSIO_PAPER_BLOCK_MB": "1"}
+REHEARSED_CLAIMS = {"rpc.seed003.latency.rdma_vs_10gige", "rpc.seed003.latency.rdma_vs_ipoib",
+                    "mapreduce.seed000.local_disks.terasort.rdma_vs_ipoib",
+                    "mapreduce.seed000.lustre_only.terasort.rdma_vs_ipoib",
+                    "dfsio.seed001.throughput.rdma_vs_ipoib"}
 
 
 def rehearsal_command(results: str = "/results") -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_hpcnet.measure import measurement
+from pytest_hpcnet.options import env_int
 from pytest_hpcnet.reference.dfs.store import BlockStore
 from pytest_hpcnet.reference.transport import TRANSPORTS, verbs
 from pytest_hpcnet.workloads.dfsio import FsTarget, parse_dfsio_args, run_dfsio
@@ -78,17 +79,21 @@ def test_posix_fsync_close_vs_none(launchers, cluster, workdirs, measure, claim)
 @pytest.mark.power8
 def test_seed001_testdfsio_rdma_vs_ipoib(launchers, cluster, workdirs, measure, claim):
     """Seed 001: TestDFSIO throughput 2.18x-2.26x with RDMA-IB vs IPoIB (100 Gbps), 5 datanodes,
-    60 maps, 256 MB blocks. Runs the block store over tcp on the IPoIB network against verbs."""
+    60 maps, 256 MB blocks. Runs the block store over tcp on the IPoIB network against verbs, by default
+    at the paper's shape; the environment can scale it (``HPCNET_DFSIO_PAPER_FILES`` = 60,
+    ``HPCNET_DFSIO_PAPER_SIZE_MB`` = 1024 per file, ``HPCNET_DFSIO_PAPER_BLOCK_MB`` = 256)."""
     if "verbs" not in TRANSPORTS:
         pytest.skip(f"the verbs transport cannot run here ({verbs.unavailable_reason()}); this claim needs it "
                     "as the candidate")
-    opts = parse_dfsio_args(["-write", "-nrFiles", "60", "-size", "1GB"])
+    files, size_mb = env_int("HPCNET_DFSIO_PAPER_FILES", 60), env_int("HPCNET_DFSIO_PAPER_SIZE_MB", 1024)
+    block = env_int("HPCNET_DFSIO_PAPER_BLOCK_MB", 256) << 20
+    opts = parse_dfsio_args(["-write", "-nrFiles", str(files), "-size", f"{size_mb}MB"])
     stores = {}
     try:
         for transport in ("tcp", "verbs"):
             stores[transport] = BlockStore(launchers, cluster, transport=transport, network="ib",
                                            dirs={n: p / f"dfs-{transport}" for n, p in workdirs.items()}).start()
-        targets = {t: FsTarget("blockstore", store=s.spec(replication=3, block_size=256 << 20))
+        targets = {t: FsTarget("blockstore", store=s.spec(replication=3, block_size=block))
                    for t, s in stores.items()}
         paired = measure.paired(
             ("transport=tcp,net=ib", lambda: _throughput(opts, targets["tcp"], launchers, cluster)),
@@ -96,5 +101,5 @@ def test_seed001_testdfsio_rdma_vs_ipoib(launchers, cluster, workdirs, measure, 
     finally:
         for store in stores.values():
             store.stop()
-    _record(measure, paired, {"nr_files": 60, "size": "1GB", "block_size": 256 << 20}, cluster.names)
+    _record(measure, paired, {"nr_files": files, "size": f"{size_mb}MB", "block_size": block}, cluster.names)
     claim("dfsio.seed001.throughput.rdma_vs_ipoib", paired)

@@ -13,11 +13,10 @@ span several sizes; the default here is a modest one that still takes minutes):
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from pytest_hpcnet.claims import load_claims
+from pytest_hpcnet.options import env_int
 from pytest_hpcnet.workloads import mapreduce as wm
 
 from .mapreduce_pairs import CLAIMS_FILE, job_of, run_pair, samples
@@ -31,24 +30,14 @@ SHAPE = {  # (maps, reduces) per seed and job, as the papers ran them
 }
 
 
-def _env_int(name: str, default: int) -> int:
-    text = os.environ.get(name)
-    if text is None:
-        return default
-    try:
-        return int(text)
-    except ValueError:
-        raise pytest.UsageError(f"${name}: expected a whole number, got {text!r}") from None
-
-
 def run_claim(claim_id, seed, engine, cluster, shared_dir, measure, claim):
     c = CLAIMS[claim_id]
     job = job_of(c)
     maps, reduces = SHAPE[seed][job]
     inp = wm.prepare_input(engine, job, shared_dir, maps=maps,
-                           rows=_env_int("HPCNET_MAPREDUCE_PAPER_ROWS", 100_000_000),
-                           sort_bytes=_env_int("HPCNET_MAPREDUCE_PAPER_BYTES", 10 << 30))
-    rounds = _env_int("HPCNET_MAPREDUCE_PAPER_ROUNDS", 3)
+                           rows=env_int("HPCNET_MAPREDUCE_PAPER_ROWS", 100_000_000),
+                           sort_bytes=env_int("HPCNET_MAPREDUCE_PAPER_BYTES", 10 << 30))
+    rounds = env_int("HPCNET_MAPREDUCE_PAPER_ROUNDS", 3)
     base, cand = run_pair(engine, measure, inp, c.baseline, c.candidate, shared_dir, reduces=reduces,
                           maps=maps if job == "terasort" else None, rounds=rounds)
     claim(c.id, samples(c, base, 1), samples(c, cand, 1))
