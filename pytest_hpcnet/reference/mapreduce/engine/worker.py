@@ -5,10 +5,10 @@
 
 It starts a shuffle server per transport (tcp on each of the node's networks, shm, and verbs where the
 node has an RDMA device -- on its ``ib`` address if it has one), connects to the driver's control
-socket, says hello (with the servers' addresses, or why verbs could not start), and then runs the tasks the driver
-sends, one at a time, replying ``done`` with the task's result or ``failed`` with the error. A thread
-sends a heartbeat every ``HEARTBEAT_SECONDS``. The worker exits when the driver says ``stop`` or its
-connection goes away, so a dead driver never leaves workers behind.
+socket, says hello (with the servers' addresses, or why verbs could not start), and then runs the
+tasks the driver sends, one at a time, replying ``done`` with the task's result or ``failed`` with the
+error. A thread sends a heartbeat every ``HEARTBEAT_SECONDS``. The worker exits when the driver says
+``stop`` or its connection goes away, so a dead driver never leaves workers behind.
 
 Control messages are JSON objects, one per line (see ``protocol``).
 """
@@ -29,8 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from . import protocol
-from ...transport import TransportError
-from ...transport import verbs
+from ...transport import TransportError, verbs
 from .shuffle import FetchError, ShuffleServer, close_idle, fetch_segments, resolve, write_map_output
 from .. import randomwriter, sort as kvsort, teragen, teravalidate
 from ..partition import partition
@@ -78,7 +77,7 @@ class Worker:
         self.verbs_unavailable = verbs.unavailable_reason() if verbs.looks_usable() else \
             "no pyverbs or no ACTIVE RDMA port with an IPv4 address on this node"
         if self.verbs_unavailable is None:
-            host = addresses.get("ib") or next(iter(sorted(addresses.values())), "127.0.0.1")
+            host = addresses.get("ib") or addresses.get("eth") or "127.0.0.1"   # loopback: the RDMA address
             try:
                 self.servers.append(("verbs", None, ShuffleServer("verbs", host, self.roots)))
             except TransportError as e:
