@@ -14,6 +14,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -232,9 +233,11 @@ def test_connection_refused_and_unroutable_address_are_clear_errors():
 
 # -- latency next to perftest ------------------------------------------------------------------------
 
-def _ib_send_lat(host: str, iterations: int = 1000) -> dict:
-    """perftest's ib_send_lat (RC SEND, 2 bytes, rdma_cm) server and client on this node: its summary
-    line and, from ``-H``, every iteration's latency (perftest prints them sorted, one-way = RTT/2)."""
+class PerftestClockError(Exception):
+    """perftest could not calibrate its cycle counter (it then prints ``inf`` for every latency)."""
+
+
+def _ib_send_lat_once(host: str, iterations: int) -> dict:
     cmd = ["ib_send_lat", "-R", "-n", str(iterations), "-s", "2", "-F", "-H"]
     server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     tries = []
@@ -251,6 +254,9 @@ def _ib_send_lat(host: str, iterations: int = 1000) -> dict:
         server.kill()
         server.wait()
     out = client.stdout
+    if re.search(r"^\s*2\s+\d+\s+inf\b", out, re.M):
+        # "Correlation coefficient r^2 < 0.9": on a loaded (emulated) CPU its clock calibration failed
+        raise PerftestClockError(out.strip().splitlines()[-1])
     samples = [float(m.group(1)) for m in re.finditer(r"^\d+, ([0-9.]+)$", out, re.M)]
     for line in out.splitlines():
         cols = line.split()
@@ -260,6 +266,20 @@ def _ib_send_lat(host: str, iterations: int = 1000) -> dict:
                     "samples": samples}
     raise AssertionError("no result line or per-iteration latencies from ib_send_lat; client runs:\n"
                          + "\n".join(tries))
+
+
+def _ib_send_lat(host: str, iterations: int = 1000, attempts: int = 3) -> dict | None:
+    """perftest's ib_send_lat (RC SEND, 2 bytes, rdma_cm) server and client on this node: its summary
+    line and, from ``-H``, every iteration's latency (perftest prints them sorted, one-way = RTT/2).
+    None, with a warning, when perftest's clock calibration fails ``attempts`` times in a row."""
+    for _ in range(attempts):
+        try:
+            return _ib_send_lat_once(host, iterations)
+        except PerftestClockError as e:
+            reason = str(e)
+    warnings.warn(pytest.PytestWarning(f"ib_send_lat gave no figures in {attempts} runs: its CPU clock "
+                                       f"calibration failed ({reason}); no native reference this run"))
+    return None
 
 
 def test_latency_sweep_verbs_and_tcp_next_to_ib_send_lat(cluster, launchers, measure):
@@ -281,6 +301,8 @@ def test_latency_sweep_verbs_and_tcp_next_to_ib_send_lat(cluster, launchers, mea
         return   # perftest is not installed here (the Soft-RoCE guest has it)
     from pytest_hpcnet.reference.transport.verbs import rdma_host
     native = _ib_send_lat(rdma_host("127.0.0.1"))
+    if native is None:
+        return
     measure.record(measurement("verbs.send.rtt", [2 * x for x in native["samples"]], unit="us",
                                direction="lower", config="perftest ib_send_lat", nodes=[client.name],
                                params={"size": 2, "from": "one-way x 2"}))
