@@ -24,7 +24,7 @@ from pytest_hpcnet.reference.rpc import (RpcClient, RpcConnectionLost, RpcFatalE
                                          RpcServer, RpcTimeout)
 from pytest_hpcnet.reference.rpc import wire
 from pytest_hpcnet.reference.transport import (RemoteRegion, TransportClosed, TransportError,
-                                               TransportTimeout, get_transport)
+                                               TransportTimeout, connect_pair, get_transport)
 from pytest_hpcnet.workloads import rpc as rpc_workload
 
 pytestmark = [pytest.mark.rdma, pytest.mark.pyverbs]
@@ -124,14 +124,10 @@ def test_server_going_away_fails_pending_calls_instead_of_hanging():
 def pair():
     t = get_transport("verbs")
     listener = t.listen("127.0.0.1", 0)
-    accepted = {}
-    th = threading.Thread(target=lambda: accepted.setdefault("conn", listener.accept(timeout=20)))
-    th.start()
-    client = t.connect(listener.address, timeout=20)
-    th.join(20)
-    yield client, accepted["conn"]
+    client, server = connect_pair(t, listener, timeout=20)
+    yield client, server
     client.close()
-    accepted["conn"].close()
+    server.close()
     listener.close()
 
 

@@ -12,7 +12,7 @@ import pytest
 from pytest_hpcnet.errors import ConfigError
 from pytest_hpcnet.reference.buffers import NaiveBuffers, PooledBuffers, size_class
 from pytest_hpcnet.reference.transport import (TRANSPORTS, FrameTooLarge, RemoteRegion, TransportClosed,
-                                               TransportTimeout, get_transport)
+                                               TransportError, TransportTimeout, connect_pair, get_transport)
 from pytest_hpcnet.reference.transport.shm import ShmTransport
 
 
@@ -24,13 +24,9 @@ def pair(request):
     def make(transport=None, buffers="pooled"):
         t = transport or get_transport(request.param)
         listener = t.listen("127.0.0.1", 0, buffers=buffers)
-        got = {}
-        th = threading.Thread(target=lambda: got.setdefault("s", listener.accept(timeout=10)))
-        th.start()
-        client = t.connect(listener.address, timeout=10, buffers=buffers)
-        th.join(10)
-        pairs.append((client, got["s"], listener))
-        return client, got["s"]
+        client, server = connect_pair(t, listener, buffers=buffers)
+        pairs.append((client, server, listener))
+        return client, server
 
     make.name = request.param
     yield make
@@ -67,12 +63,7 @@ def test_framing_round_trip_of_many_sizes(pair):
 def test_shm_ring_wraps_around_and_streams_messages_larger_than_the_ring():
     t = ShmTransport(capacity=4096)
     listener = t.listen("127.0.0.1", 0)
-    got = {}
-    th = threading.Thread(target=lambda: got.setdefault("s", listener.accept(timeout=10)))
-    th.start()
-    client = t.connect(listener.address, timeout=10)
-    th.join(10)
-    server = got["s"]
+    client, server = connect_pair(t, listener)
     rng = random.Random(7)
     messages = [rng.randbytes(rng.choice([1, 100, 1000, 3000, 5000, 70_000])) for _ in range(300)]
     echo = _echo_thread(server, len(messages))
@@ -164,16 +155,12 @@ def test_shm_leaves_nothing_in_dev_shm():
     t = get_transport("shm")
     listener = t.listen("127.0.0.1", 0)
     for _ in range(10):
-        got = {}
-        th = threading.Thread(target=lambda: got.setdefault("s", listener.accept(timeout=10)))
-        th.start()
-        client = t.connect(listener.address, timeout=10)
-        th.join(10)
-        region = got["s"].register(4096)
+        client, server = connect_pair(t, listener)
+        region = server.register(4096)
         client.put(region.remote(), 0, b"x", timeout=5)
         assert _dev_shm() - before, "a registered region should be visible while open"
         client.close()
-        got["s"].close()
+        server.close()
     listener.close()
     assert _dev_shm() - before == set()
 
@@ -321,16 +308,9 @@ def test_shm_handshake_does_not_inherit_a_short_accept_timeout():
 
 
 def test_shm_put_refuses_a_forged_region_descriptor():
-    from pytest_hpcnet.reference.transport import TransportError
-
     t = get_transport("shm")
     listener = t.listen("127.0.0.1", 0)
-    got = {}
-    th = threading.Thread(target=lambda: got.setdefault("s", listener.accept(timeout=10)))
-    th.start()   # the shm handshake needs the server side to accept while the client connects
-    client = t.connect(listener.address, timeout=10)
-    th.join(10)
-    server = got["s"]
+    client, server = connect_pair(t, listener)
     try:
         forged = RemoteRegion("shm", "/dev/shm/hpcnet-region-../../etc/passwd", "../../etc/passwd", 10)
         with pytest.raises(TransportError, match="not an shm region"):
@@ -382,3 +362,13 @@ def test_shm_rpc_with_the_adaptive_spin_enabled(monkeypatch):
         for size in (0, 64, 5000, (1 << 20) + 7):
             payload = bytes(range(256)) * (size // 256) + b"z" * (size % 256)
             assert c.echo(payload) == payload
+
+
+def test_connect_pair_on_a_closed_listener_is_an_error_not_a_hang():
+    t = get_transport("tcp")
+    listener = t.listen("127.0.0.1", 0)
+    listener.close()
+    t0 = time.monotonic()
+    with pytest.raises(TransportError):
+        connect_pair(t, listener, timeout=5)
+    assert time.monotonic() - t0 < 5

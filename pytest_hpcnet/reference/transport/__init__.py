@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ...errors import ConfigError
 from .base import (DEFAULT_TIMEOUT, Connection, FrameTooLarge, Listener, Region, RemoteRegion,  # noqa: F401
-                   Transport, TransportClosed, TransportError, TransportTimeout)
+                   Transport, TransportClosed, TransportError, TransportTimeout, connect_pair)
 from .shm import ShmTransport
 from .tcp import TcpTransport
 from . import verbs as _verbs

@@ -114,6 +114,29 @@ class Transport(Protocol):
                 buffers: str = "pooled") -> Connection: ...
 
 
+def connect_pair(transport: "Transport", listener: "Listener", timeout: float = 10.0,
+                 buffers: str = "pooled") -> tuple["Connection", "Connection"]:
+    """Connect to ``listener`` from this process and accept the other end at the same time (shm's and
+    verbs' handshakes need both sides running): (client side, server side). For tests and local tools."""
+    accepted: dict = {}
+
+    def accept():
+        try:
+            accepted["conn"] = listener.accept(timeout=timeout)
+        except BaseException as e:   # handed to the caller below
+            accepted["error"] = e
+    thread = threading.Thread(target=accept, name="connect-pair-accept", daemon=True)
+    thread.start()
+    try:
+        client = transport.connect(listener.address, timeout=timeout, buffers=buffers)
+    finally:
+        thread.join(timeout)
+    if "conn" not in accepted:
+        client.close()
+        raise accepted.get("error") or TransportTimeout(f"no connection accepted within {timeout} s")
+    return client, accepted["conn"]
+
+
 def deadline_of(timeout: float | None, default: float) -> float:
     return time.monotonic() + (default if timeout is None else timeout)
 
