@@ -10,7 +10,9 @@ import pytest
 
 from pytest_hpcnet.workloads import rpc as wr
 
-TRANSPORTS = ["tcp", "shm"]
+# verbs carries the markers of what it needs, so the conformance tests run over it where an RDMA device
+# is (real RDMA, or the Soft-RoCE guest's `pytest -m rdma suites`) and skip, naming it, elsewhere
+TRANSPORTS = ["tcp", "shm", pytest.param("verbs", marks=[pytest.mark.rdma, pytest.mark.pyverbs])]
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """RPC conformance against a server running on a cluster node: framing, call-id matching, out-of-order
-responses, handler errors, timeouts, the data length limit, malformed input and many connections --
-over tcp and shm. The test process is the client (it needs to see exceptions and bytes).
+responses, handler errors, timeouts, the data length limit, a server that dies, malformed input and
+many connections -- over tcp, shm and (where there is an RDMA device) verbs. The test process is the client (it needs to see exceptions and bytes).
 
 The hand-built golden packets (design §8) are checked byte for byte in tests/reference/test_rpc_wire.py;
 here framing is checked on whatever server the suite is pointed at.
@@ -122,6 +122,25 @@ def test_over_the_maximum_data_length_is_fatal_and_others_keep_being_served(serv
         with pytest.raises(RpcConnectionLost):
             big.echo(b"after fatal")
         assert ok.echo(bytes(3000)) == bytes(3000)
+
+
+def test_server_going_away_fails_pending_calls_instead_of_hanging(serve, transport):
+    server = serve(transport)
+    with client(server, timeout=30) as c:
+        assert c.echo(b"up") == b"up"
+        errors = []
+
+        def pending():
+            try:
+                sleep_echo(c, 5000, b"pending")
+            except Exception as e:
+                errors.append(e)
+        th = threading.Thread(target=pending)
+        th.start()
+        time.sleep(0.3)
+        server.proc.kill()
+        th.join(25)
+        assert not th.is_alive() and isinstance(errors[0], RpcConnectionLost), errors
 
 
 def _fatal_or_closed(conn) -> int | None:
