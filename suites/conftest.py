@@ -17,3 +17,13 @@ def hadoop_target(target, tmp_path_factory):
         pytest.skip(f"Hadoop unavailable: {e}")
     with shared_minicluster(rt, tmp_path_factory.mktemp("minicluster")) as mc:
         yield rt, mc
+
+
+@pytest.fixture
+def reference_only(request, target):
+    """Tests not marked ``hadoop`` drive the reference implementation directly; under another target
+    (``--hpcnet-target hadoop``) they would not test that target, so they say so and skip. The mapreduce
+    and dfsio suites use it for every test (their conftests make it autouse)."""
+    if target.name != "reference" and request.node.get_closest_marker("hadoop") is None:
+        pytest.skip(f"exercises the reference implementation; target is {target.name!r} "
+                    f"(its tests are the test_hadoop_* files)")

@@ -29,9 +29,5 @@ def shared_dir(cluster):
 
 
 @pytest.fixture(autouse=True)
-def _reference_only(request, target):
-    """Tests not marked ``hadoop`` drive the reference implementation directly; under another target
-    (``--hpcnet-target hadoop``) they would not test that target, so they say so and skip."""
-    if target.name != "reference" and request.node.get_closest_marker("hadoop") is None:
-        pytest.skip(f"exercises the reference implementation; target is {target.name!r} "
-                    f"(its tests are the test_hadoop_* files)")
+def _reference_only(reference_only):
+    """This suite's tests not marked ``hadoop`` skip under another target (see ``reference_only``)."""
