@@ -66,6 +66,9 @@ def test_concurrent_calls_on_one_connection_are_matched_by_call_id(server):
     assert results == [bytes([i % 3]) + str(i).encode() * (i * 50) for i in range(48)]
 
 
+# -- the transport itself ---------------------------------------------------------------------------
+
+@pytest.fixture
 def pair():
     t = get_transport("verbs")
     listener = t.listen("127.0.0.1", 0)
@@ -174,8 +177,9 @@ def test_connection_refused_and_unroutable_address_are_clear_errors():
 
 # -- latency next to perftest ------------------------------------------------------------------------
 
-class PerftestClockError(Exception):
-    """perftest could not calibrate its cycle counter (it then prints ``inf`` for every latency)."""
+class PerftestGaveNoFigures(Exception):
+    """perftest could not calibrate its cycle counter (it then prints ``inf`` for every latency), or its
+    client hung; both seen only on a heavily loaded emulated CPU."""
 
 
 def _ib_send_lat_once(host: str, iterations: int) -> dict:
@@ -187,7 +191,10 @@ def _ib_send_lat_once(host: str, iterations: int) -> dict:
         # that came too early -- it fails to connect at once -- tries again
         for _ in range(10):
             time.sleep(1.0)
-            client = subprocess.run(cmd + [host], capture_output=True, text=True, timeout=120)
+            try:
+                client = subprocess.run(cmd + [host], capture_output=True, text=True, timeout=60)
+            except subprocess.TimeoutExpired:
+                raise PerftestGaveNoFigures("its client did not finish within 60 s") from None
             tries.append(f"exit {client.returncode}: {client.stdout[-1500:]}{client.stderr[-500:]}")
             if client.returncode == 0:
                 break
@@ -197,7 +204,7 @@ def _ib_send_lat_once(host: str, iterations: int) -> dict:
     out = client.stdout
     if re.search(r"^\s*2\s+\d+\s+inf\b", out, re.M):
         # "Correlation coefficient r^2 < 0.9": on a loaded (emulated) CPU its clock calibration failed
-        raise PerftestClockError(out.strip().splitlines()[-1])
+        raise PerftestGaveNoFigures(f"clock calibration failed: {out.strip().splitlines()[-1]}")
     samples = [float(m.group(1)) for m in re.finditer(r"^\d+, ([0-9.]+)$", out, re.M)]
     for line in out.splitlines():
         cols = line.split()
@@ -212,14 +219,14 @@ def _ib_send_lat_once(host: str, iterations: int) -> dict:
 def _ib_send_lat(host: str, iterations: int = 1000, attempts: int = 3) -> dict | None:
     """perftest's ib_send_lat (RC SEND, 2 bytes, rdma_cm) server and client on this node: its summary
     line and, from ``-H``, every iteration's latency (perftest prints them sorted, one-way = RTT/2).
-    None, with a warning, when perftest's clock calibration fails ``attempts`` times in a row."""
+    None, with a warning, when perftest gives no figures ``attempts`` times in a row."""
     for _ in range(attempts):
         try:
             return _ib_send_lat_once(host, iterations)
-        except PerftestClockError as e:
+        except PerftestGaveNoFigures as e:
             reason = str(e)
-    warnings.warn(pytest.PytestWarning(f"ib_send_lat gave no figures in {attempts} runs: its CPU clock "
-                                       f"calibration failed ({reason}); no native reference this run"))
+    warnings.warn(pytest.PytestWarning(f"ib_send_lat gave no figures in {attempts} runs ({reason}); "
+                                       "no native reference this run"))
     return None
 
 
