@@ -6,27 +6,22 @@ A claim bounds one *quantity* computed from paired samples of a baseline and a c
 - ``reduction``: 1 - candidate / baseline ("job time -34%" is a reduction of 0.34);
 - ``absolute``:  the candidate's own median (the baseline is unused and may be omitted).
 
-The confidence interval (CI) is a percentile bootstrap over rounds (``measure.ratio_ci`` /
-``measure.median_ci``).
+The confidence interval (CI) is a percentile bootstrap over rounds from 10 rounds up, and the exact
+order-statistic interval with its real coverage below that (``measure.median_interval``).
 
 Bounds, tolerance and warn band are all in the quantity's own units (ratio units, reduction
-fraction, or the metric's unit for ``absolute``), never relative. The tolerance loosens each bound:
-the effective bounds are ``min - tolerance`` and ``max + tolerance``. The verdict:
-
-- ``fail`` only when the whole CI is on the wrong side of an effective bound;
-- ``warn`` when the CI straddles an effective bound (never a silent pass), or when the CI is entirely
-  on the right side but the point estimate is within ``warn`` of the effective bound;
-- ``pass`` otherwise; ``n/a`` when the hardware the claim's markers name is absent.
+fraction, or the metric's unit for ``absolute``), never relative. The verdict rules are stated once,
+above ``evaluate``: the tolerance moves only the fail threshold, the warn band is measured from the
+stated bound, and a claim never passes when its whole CI lies beyond its stated bound.
 
 ``direction`` says which way is better for the quantity and is required: a ``higher`` claim must have
 a ``min`` bound and a ``lower`` claim a ``max`` bound (the bound that guards the bad side), which
 catches a claim whose sign was flipped while writing it down.
 
-Regression gates ("the candidate is not slower than the baseline") are written as ``kind = "ratio"``,
-``direction = "lower"``, ``max = 1.0`` with ``tolerance = GATE_TOLERANCE`` and ``warn = GATE_WARN``.
-With ``measure.DEFAULT_ROUNDS`` rounds and 10% multiplicative noise per sample, such a gate fails
-<= 1% of A/A comparisons and catches >= 95% of true 20% slowdowns (see
-``tests/test_claims.py::test_regression_gate_quality``).
+Every verdict checks its inputs: the samples must be of the claim's metric and configurations
+(``ClaimMismatch`` otherwise), and positive unless the claim is a counter (``zero_ok``). A local gate
+also gets its *sensitivity*: the smallest injected regression of the candidate (``inject``) that it
+fails at; the canary run (``--hpcnet-canary``) injects one and expects every enforced gate to fail.
 """
 
 from __future__ import annotations
@@ -36,20 +31,22 @@ import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
+
+import numpy as np
 
 from .errors import ConfigError
-from .measure import (DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, Direction, median_ci, ratio_ci)
+from .measure import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, Direction, Paired, median_interval, ratio_ci
 
 Kind = Literal["ratio", "reduction", "absolute"]
-Outcome = Literal["pass", "warn", "fail", "n/a"]
 KINDS = ("ratio", "reduction", "absolute")
 DIRECTIONS = ("higher", "lower")
 
-# A regression gate fails only if the whole CI is above 1.04, and warns when the CI straddles 1.04 or the
-# median ratio is above 1.02 (a small slowdown measured precisely is worth a look, an A/A is not).
-GATE_TOLERANCE = 0.04
-GATE_WARN = 0.02
+VERDICT_MODES = ("enforce", "report")
+
+
+class ClaimMismatch(ValueError):
+    """Samples handed to a claim are not of the metric or configurations the claim names."""
 
 
 def _fmt(x: float) -> str:
@@ -84,6 +81,9 @@ class Claim:
     warn: float = 0.0            # warn band width inside the effective bound, quantity's units
     markers: tuple[str, ...] = ()
     published: tuple[float, float] | None = None  # the range as the paper printed it, information only
+    verdicts: str = "enforce"    # "report": a failure is recorded and shown, never fails the test
+    why: str | None = None       # why a claim is report-only (required then)
+    zero_ok: bool = False        # the candidate may measure 0 (a counter), so a canary adds, not scales
     file: str | None = None      # where the claim was loaded from
 
     def __post_init__(self):
@@ -117,6 +117,14 @@ class Claim:
             bad("direction 'higher' needs a min bound (the bound that guards the bad side)")
         if self.direction == "lower" and self.max is None:
             bad("direction 'lower' needs a max bound (the bound that guards the bad side)")
+        if self.verdicts not in VERDICT_MODES:
+            bad(f"verdicts must be 'enforce' or 'report', got {self.verdicts!r}")
+        if self.verdicts == "report" and (not isinstance(self.why, str) or not self.why.strip()):
+            bad("a report-only claim (verdicts = 'report') must say why it cannot gate (why = '...')")
+        if not isinstance(self.zero_ok, bool):
+            bad(f"zero_ok must be true or false, got {self.zero_ok!r}")
+        if self.zero_ok and self.kind == "absolute":
+            bad("zero_ok needs a baseline (kind 'ratio' or 'reduction'): a counter is judged against it")
         for name in ("tolerance", "warn"):
             value = getattr(self, name)
             if not _is_number(value) or value < 0:
@@ -136,6 +144,11 @@ class Claim:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, float(value))
+
+    @property
+    def enforced(self) -> bool:
+        """A failed verdict fails its test (report-only claims are recorded and shown instead)."""
+        return self.verdicts == "enforce"
 
     @property
     def is_local(self) -> bool:
@@ -207,6 +220,32 @@ def load_claims(paths: Iterable[Path | str]) -> dict[str, Claim]:
 
 
 # --- verdicts ------------------------------------------------------------------------------------
+#
+# The rules, for a stated bound B (a claim's ``min``; ``max`` mirrors it), tolerance t and warn band w,
+# on the claim's quantity with its median q and confidence interval [lo, hi]:
+#
+#   fail  the whole CI is beyond B by more than the tolerance (hi < B - t);
+#   warn  the whole CI is beyond B, but not by the tolerance (B - t <= hi < B): never a pass;
+#   warn  the CI straddles B (lo < B <= hi);
+#   warn  the CI is on the right side of B, but q is inside the warn band (q < B + w);
+#   pass  otherwise: lo >= B and q >= B + w.
+#
+# So the tolerance moves only the fail threshold, and the warn band is measured from the stated bound.
+
+Outcome = Literal["pass", "warn", "fail", "n/a", "not evaluated"]
+
+# The regressions a gate's sensitivity is tried at (fractions of the guarded quantity).
+SENSITIVITY_STEPS = (0.05, 0.10, 0.15, 0.20, 0.30, 0.50, 1.00)
+
+
+class Side(Protocol):
+    """One side of a comparison: samples of a metric under a named configuration (``measure.Series``,
+    ``Measurement``)."""
+
+    metric: str
+    config: str
+    samples: Sequence[float]
+
 
 @dataclass
 class Verdict:
@@ -220,8 +259,13 @@ class Verdict:
     source: str
     reason: str
     kind: str = ""
-    confidence: float | None = None
+    confidence: float | None = None  # the CI's coverage (exact for fewer than 10 rounds)
     n: int = 0                      # paired rounds (or candidate samples for 'absolute')
+    enforced: bool = True           # False for a report-only claim (``verdicts = "report"``)
+    first_rounds: int = 0           # rounds before adaptive rounds were added
+    injected: float = 0.0           # canary: the regression injected into the candidate
+    sensitivity: float | None = None  # smallest injected regression this gate fails at (local gates)
+    samples: dict | None = None     # {"baseline": [...], "candidate": [...]}: what the verdict judged
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -230,7 +274,8 @@ class Verdict:
 
     @classmethod
     def from_json(cls, d: Mapping) -> "Verdict":
-        d = dict(d)
+        known = {f.name for f in fields(cls)}
+        d = {k: v for k, v in d.items() if k in known}
         if d.get("ci") is not None:
             d["ci"] = tuple(d["ci"])
         return cls(**d)
@@ -245,66 +290,182 @@ class Verdict:
             if self.ci is not None:
                 level = f"{self.confidence:.0%} " if self.confidence is not None else ""
                 measured += f" ({level}CI {_fmt(self.ci[0])}..{_fmt(self.ci[1])}, n={self.n})"
-        return f"{head} {measured}; bound {self.bound} -- {self.reason} [source: {self.source}]"
+        extra = f"; injected regression {self.injected:.0%}" if self.injected else ""
+        return f"{head} {measured}; bound {self.bound}{extra} -- {self.reason} [source: {self.source}]"
 
 
-def _quantity(claim: Claim, baseline_samples, candidate_samples, confidence, resamples, seed):
-    """(point, lo, hi, n) of the claim's quantity."""
+def same_config(a: str, b: str) -> bool:
+    """Whether two configuration names say the same thing: their comma-separated parts, in any order."""
+    def parts(name: str) -> frozenset[str]:
+        return frozenset(p.strip() for p in name.split(",") if p.strip())
+    return parts(a) == parts(b)
+
+
+def _checked(claim: Claim, side: Side | None, role: str) -> np.ndarray | None:
+    """The side's samples after checking it is what the claim names; ClaimMismatch / ValueError if not."""
+    expected = claim.baseline if role == "baseline" else claim.candidate
+    if side is None:
+        if role == "baseline" and claim.kind != "absolute":
+            raise ValueError(f"kind {claim.kind!r} needs baseline samples")
+        return None
+    if role == "baseline" and claim.kind == "absolute":
+        return None
+    for attr in ("metric", "config", "samples"):
+        if not hasattr(side, attr):
+            raise TypeError(f"the {role} must name its metric and configuration (a measure.Series, "
+                            f"Paired.sides() or a Measurement), got {type(side).__name__}")
+    if side.metric != claim.metric:
+        raise ClaimMismatch(f"claim {claim.id!r} is on metric {claim.metric!r}, but the {role} samples "
+                            f"measure {side.metric!r}")
+    if not same_config(side.config, expected):
+        raise ClaimMismatch(f"claim {claim.id!r} names {role} {expected!r}, but the samples are of "
+                            f"{side.config!r}")
+    arr = np.asarray(list(side.samples), dtype=float)
+    if role == "candidate" and claim.zero_ok:
+        bad, what = np.flatnonzero(arr < 0), "negative"
+    else:
+        bad, what = np.flatnonzero(arr <= 0), "zero or negative"
+    if bad.size:
+        raise ValueError(f"{role} {side.config!r} has a {what} sample in round(s) {bad.tolist()} "
+                         f"({claim.metric} cannot be; set zero_ok = true for a counter that can be zero)")
+    return arr
+
+
+def inject(claim: Claim, baseline: np.ndarray | None, candidate: np.ndarray, regression: float) -> np.ndarray:
+    """The candidate's samples made worse by ``regression`` (0.2 = 20%) in the claim's bad direction.
+
+    The quantity's bad side decides: a lower-is-better ratio grows by the factor 1 + regression, a
+    higher-is-better one shrinks by it, and a reduction's candidate grows (its job got slower). A claim
+    whose candidate may be zero (``zero_ok``: a counter) gets ``regression`` times the baseline added
+    instead, since no factor moves a zero.
+    """
+    if regression == 0:
+        return candidate
+    candidate_grows = claim.direction == ("higher" if claim.kind == "reduction" else "lower")
+    if claim.zero_ok and baseline is not None:
+        return candidate + (regression if candidate_grows else -regression) * baseline
+    return candidate * (1 + regression) if candidate_grows else candidate / (1 + regression)
+
+
+def _quantity(claim: Claim, base, cand, confidence, resamples, seed):
+    """(point, lo, hi, n, coverage) of the claim's quantity."""
     if claim.kind == "absolute":
-        samples = list(candidate_samples)
-        point, lo, hi = median_ci(samples, confidence=confidence, resamples=resamples, seed=seed)
-        return point, lo, hi, len(samples)
-    if baseline_samples is None:
-        raise ValueError(f"kind {claim.kind!r} needs baseline samples")
-    r = ratio_ci(baseline_samples, candidate_samples, confidence=confidence, resamples=resamples,
-                 seed=seed)
+        point, lo, hi, coverage = median_interval(cand, confidence=confidence, resamples=resamples, seed=seed)
+        return point, lo, hi, len(cand), coverage
+    r = ratio_ci(base, cand, confidence=confidence, resamples=resamples, seed=seed)
     if claim.kind == "ratio":
-        return r.ratio, r.lo, r.hi, r.n
-    return 1.0 - r.ratio, 1.0 - r.hi, 1.0 - r.lo, r.n   # reduction: decreasing in the ratio
+        return r.ratio, r.lo, r.hi, r.n, r.coverage
+    return 1.0 - r.ratio, 1.0 - r.hi, 1.0 - r.lo, r.n, r.coverage   # reduction: decreasing in the ratio
 
 
-def _check_bound(side: str, effective: float, point: float, lo: float, hi: float, warn: float):
-    """(outcome, reason) against one effective bound; side is 'min' or 'max'."""
-    eff = _fmt(effective)
+def _check_bound(side: str, bound: float, tolerance: float, warn: float, point: float, lo: float,
+                 hi: float) -> tuple[str, str]:
+    """(outcome, reason) against one stated bound; side is 'min' or 'max'. The rules are above."""
+    b = _fmt(bound)
     if side == "min":
-        if hi < effective:
-            return "fail", f"whole CI below the effective minimum {eff}"
-        if lo < effective:
-            return "warn", f"CI straddles the effective minimum {eff}"
-        if point < effective + warn:
-            return "warn", f"point estimate within the warn band above the effective minimum {eff}"
-        return "pass", f"CI above the effective minimum {eff}"
-    if lo > effective:
-        return "fail", f"whole CI above the effective maximum {eff}"
-    if hi > effective:
-        return "warn", f"CI straddles the effective maximum {eff}"
-    if point > effective - warn:
-        return "warn", f"point estimate within the warn band below the effective maximum {eff}"
-    return "pass", f"CI below the effective maximum {eff}"
+        worst, best, beyond, fail_at = hi, lo, lambda x: x < bound, bound - tolerance
+        if hi < fail_at:
+            return "fail", f"whole CI below {_fmt(fail_at)} (the minimum {b} less the tolerance)"
+        where, band_ok = "below", point >= bound + warn
+    else:
+        worst, best, beyond, fail_at = lo, hi, lambda x: x > bound, bound + tolerance
+        if lo > fail_at:
+            return "fail", f"whole CI above {_fmt(fail_at)} (the maximum {b} plus the tolerance)"
+        where, band_ok = "above", point <= bound - warn
+    name = "minimum" if side == "min" else "maximum"
+    if beyond(worst):
+        return "warn", f"whole CI {where} the stated {name} {b}, within the tolerance"
+    if beyond(best):
+        return "warn", f"CI straddles the stated {name} {b}"
+    if not band_ok:
+        return "warn", f"median within the warn band {_fmt(warn)} of the stated {name} {b}"
+    return "pass", f"CI {'above' if side == 'min' else 'below'} the stated {name} {b}"
 
 
 _RANK = {"pass": 0, "warn": 1, "fail": 2}
 
 
-def evaluate(claim: Claim, baseline_samples: Sequence[float] | None, candidate_samples: Sequence[float],
-             *, confidence: float = DEFAULT_CONFIDENCE, resamples: int = DEFAULT_RESAMPLES,
+def evaluate(claim: Claim, baseline: Side | None, candidate: Side, *, inject_regression: float = 0.0,
+             confidence: float = DEFAULT_CONFIDENCE, resamples: int = DEFAULT_RESAMPLES,
              seed: int = 0) -> Verdict:
-    """The verdict on ``claim`` for paired samples (index i of each = round i). Pure and seeded."""
+    """The verdict on ``claim`` for paired sides (index i of each = round i). Pure and seeded.
+
+    Each side must be of the claim's metric and name its configuration (in any order of its parts);
+    anything else is a ``ClaimMismatch``, so swapped arguments never give an inverted verdict.
+    ``inject_regression`` makes the candidate that much worse first (the canary, see ``inject``).
+    """
     try:
-        point, lo, hi, n = _quantity(claim, baseline_samples, candidate_samples, confidence,
-                                     resamples, seed)
+        base = _checked(claim, baseline, "baseline")
+        cand = _checked(claim, candidate, "candidate")
+        cand = inject(claim, base, cand, inject_regression)
+        point, lo, hi, n, coverage = _quantity(claim, base, cand, confidence, resamples, seed)
     except ValueError as e:
-        raise ValueError(f"claim {claim.id!r}: {e}") from None
+        raise type(e)(f"claim {claim.id!r}: {e}" if not str(e).startswith("claim ") else str(e)) from None
     checks = []
     if claim.min is not None:
-        checks.append(_check_bound("min", claim.min - claim.tolerance, point, lo, hi, claim.warn))
+        checks.append(_check_bound("min", claim.min, claim.tolerance, claim.warn, point, lo, hi))
     if claim.max is not None:
-        checks.append(_check_bound("max", claim.max + claim.tolerance, point, lo, hi, claim.warn))
+        checks.append(_check_bound("max", claim.max, claim.tolerance, claim.warn, point, lo, hi))
     outcome = max((o for o, _ in checks), key=_RANK.__getitem__)
     reason = "; ".join(r for o, r in checks if o == outcome)
+    samples = {"baseline": base.tolist() if base is not None else None, "candidate": list(map(float, candidate.samples))}
     return Verdict(claim_id=claim.id, outcome=outcome, quantity=point, ci=(lo, hi),
                    bound=claim.bound_text(), source=claim.source, reason=reason, kind=claim.kind,
-                   confidence=confidence, n=n)
+                   confidence=coverage, n=n, enforced=claim.enforced, first_rounds=n,
+                   injected=inject_regression, samples=samples)
+
+
+def undecided(claim: Claim, verdict: Verdict) -> bool:
+    """Whether the verdict's CI contains a bound or a fail threshold (more rounds could settle it)."""
+    if verdict.ci is None:
+        return False
+    lo, hi = verdict.ci
+    edges = [b + s * claim.tolerance for b, s in ((claim.min, -1), (claim.max, 1)) if b is not None
+             for s in (0, s)]
+    return any(lo < e <= hi for e in edges)
+
+
+def sensitivity(claim: Claim, baseline: Side | None, candidate: Side, **kwargs) -> float | None:
+    """The smallest regression in ``SENSITIVITY_STEPS`` that makes this claim fail on these samples.
+
+    None when even the largest does not, or when the claim already fails without one.
+    """
+    for step in SENSITIVITY_STEPS:
+        if evaluate(claim, baseline, candidate, inject_regression=step, **kwargs).outcome == "fail":
+            return step
+    return None
+
+
+def as_paired(claim: Claim, baseline: Paired | Side, candidate: Side | None = None) -> Paired:
+    """A ``Paired`` as given, or made of two sides of one metric (``ClaimMismatch`` if they differ)."""
+    if isinstance(baseline, Paired):
+        return baseline
+    if candidate is None or not all(hasattr(x, a) for x in (baseline, candidate)
+                                    for a in ("metric", "config", "samples")):
+        raise TypeError(f"claim {claim.id!r}: give a Paired, or a baseline and a candidate that name their "
+                        "metric and configuration (measure.Series or Measurement)")
+    if baseline.metric != candidate.metric:
+        raise ClaimMismatch(f"claim {claim.id!r}: the baseline samples measure {baseline.metric!r}, the "
+                            f"candidate samples {candidate.metric!r}")
+    return Paired(baseline.config, candidate.config, list(baseline.samples), list(candidate.samples),
+                  metric=baseline.metric)
+
+
+def settle(claim: Claim, paired: Paired, *, max_rounds: int, inject_regression: float = 0.0,
+           **kwargs) -> Verdict:
+    """Evaluate, and while the CI straddles a bound, take more paired rounds up to ``max_rounds``.
+
+    Rounds are added in steps of the first round count (the same ABBA alternation continues); a
+    verdict still undecided at the budget stays a warn. Without ``paired.more`` it is one evaluation.
+    """
+    first = paired.rounds
+    verdict = evaluate(claim, *paired.sides(), inject_regression=inject_regression, **kwargs)
+    while paired.more is not None and paired.rounds < max_rounds and verdict.outcome == "warn" \
+            and undecided(claim, verdict):
+        paired.extend(min(first, max_rounds - paired.rounds))
+        verdict = evaluate(claim, *paired.sides(), inject_regression=inject_regression, **kwargs)
+    verdict.first_rounds = first
+    return verdict
 
 
 def not_applicable(claim: Claim, missing: Mapping[str, Sequence[str]]) -> Verdict:
@@ -316,4 +477,11 @@ def not_applicable(claim: Claim, missing: Mapping[str, Sequence[str]]) -> Verdic
     else:
         reason = "not applicable on this cluster"
     return Verdict(claim_id=claim.id, outcome="n/a", quantity=None, ci=None, bound=claim.bound_text(),
-                   source=claim.source, reason=reason, kind=claim.kind)
+                   source=claim.source, reason=reason, kind=claim.kind, enforced=claim.enforced)
+
+
+def not_evaluated(claim: Claim, reason: str) -> Verdict:
+    """A claim of a suite that ran, which no test evaluated (its test was skipped or deselected)."""
+    return Verdict(claim_id=claim.id, outcome="not evaluated", quantity=None, ci=None,
+                   bound=claim.bound_text(), source=claim.source, reason=reason, kind=claim.kind,
+                   enforced=claim.enforced)

@@ -107,12 +107,20 @@ def measurement(metric: str, samples: Iterable[float], *, unit: str, direction: 
 
 @dataclass
 class Paired:
-    """Samples of a baseline and a candidate taken in the same rounds; index i of each is round i."""
+    """Samples of a baseline and a candidate taken in the same rounds; index i of each is round i.
+
+    ``metric`` names what the samples measure, so a claim can check it is judging what it states.
+    ``more``, when set, runs that many further paired rounds and returns the whole (baseline,
+    candidate) sample lists; claims use it to settle a verdict whose interval straddles a bound.
+    """
 
     baseline_name: str
     candidate_name: str
     baseline: list[float]
     candidate: list[float]
+    metric: str = ""
+    more: Callable[[int], tuple[list[float], list[float]]] | None = field(default=None, compare=False,
+                                                                          repr=False)
 
     def __post_init__(self):
         if len(self.baseline) != len(self.candidate):
@@ -122,6 +130,27 @@ class Paired:
     @property
     def rounds(self) -> int:
         return len(self.baseline)
+
+    def extend(self, rounds: int) -> None:
+        """Take ``rounds`` more paired rounds (needs ``more``)."""
+        if self.more is None:
+            raise ValueError(f"{self.metric or 'these samples'}: no way to take more rounds")
+        base, cand = self.more(rounds)
+        self.baseline, self.candidate = list(base), list(cand)
+        self.__post_init__()
+
+    def sides(self) -> tuple["Series", "Series"]:
+        """The baseline and candidate as named series of the metric (what ``claims.evaluate`` takes)."""
+        return (Series(self.metric, self.baseline_name, self.baseline),
+                Series(self.metric, self.candidate_name, self.candidate))
+
+
+class Series(NamedTuple):
+    """Samples of one metric under one named configuration: what one side of a claim is judged on."""
+
+    metric: str
+    config: str
+    samples: list[float]
 
 
 def _sample(fn: Callable[[], float], name: str, when: str) -> float:
@@ -135,15 +164,26 @@ def _sample(fn: Callable[[], float], name: str, when: str) -> float:
     return x
 
 
+def abba(rounds: int, start: int = 0) -> list[bool]:
+    """For each round from ``start``, whether it runs in forward order: A B, B A, A B, ...
+
+    Sweeps over several configurations use the same rule (forward order, then reversed), so drift in
+    the machine's state falls on every configuration equally instead of favouring the first.
+    """
+    return [r % 2 == 0 for r in range(start, start + rounds)]
+
+
 def run_paired(baseline: Callable[[], float], candidate: Callable[[], float], *,
                rounds: int = DEFAULT_ROUNDS, warmup: int = DEFAULT_WARMUP,
-               baseline_name: str = "baseline", candidate_name: str = "candidate") -> Paired:
+               baseline_name: str = "baseline", candidate_name: str = "candidate",
+               metric: str = "") -> Paired:
     """Measure two configurations side by side.
 
     Each side first runs ``warmup`` times (results discarded; caches, JIT, connection set-up), then
     ``rounds`` rounds each take one sample of both sides. Which side goes first alternates per round
     (A B, B A, A B, ...) so a drift in the machine's state (thermal, page cache, a neighbour's load)
-    falls on both sides equally instead of always favouring the side that runs first.
+    falls on both sides equally instead of always favouring the side that runs first. The result's
+    ``more`` continues the same alternation.
     """
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 2:
         raise ValueError(f"rounds must be an integer >= 2 (a ratio needs paired rounds), got {rounds!r}")
@@ -154,38 +194,69 @@ def run_paired(baseline: Callable[[], float], candidate: Callable[[], float], *,
         _sample(candidate, candidate_name, f"warm-up {i}")
     base: list[float] = []
     cand: list[float] = []
-    for r in range(rounds):
-        if r % 2 == 0:
-            base.append(_sample(baseline, baseline_name, f"round {r}"))
-            cand.append(_sample(candidate, candidate_name, f"round {r}"))
-        else:
-            cand.append(_sample(candidate, candidate_name, f"round {r}"))
-            base.append(_sample(baseline, baseline_name, f"round {r}"))
-    return Paired(baseline_name, candidate_name, base, cand)
+
+    def more(n: int) -> tuple[list[float], list[float]]:
+        start = len(base)
+        for r, forward in zip(range(start, start + n), abba(n, start)):
+            if forward:
+                base.append(_sample(baseline, baseline_name, f"round {r}"))
+                cand.append(_sample(candidate, candidate_name, f"round {r}"))
+            else:
+                cand.append(_sample(candidate, candidate_name, f"round {r}"))
+                base.append(_sample(baseline, baseline_name, f"round {r}"))
+        return list(base), list(cand)
+
+    more(rounds)
+    return Paired(baseline_name, candidate_name, list(base), list(cand), metric=metric, more=more)
 
 
-# --- bootstrap confidence intervals --------------------------------------------------------------
+# --- confidence intervals of a median ------------------------------------------------------------
+#
+# With 10 or more rounds the interval is a percentile bootstrap. Below that the bootstrap's real
+# coverage falls far short of its nominal level (the bootstrap of 3 values is just [min, max], which
+# covers the median about 75% of the time, not 95%), so few rounds get the exact order-statistic
+# interval instead, with the coverage it really has.
+MIN_BOOTSTRAP_ROUNDS = 10
+
 
 class RatioCI(NamedTuple):
-    """Median of per-round ratios candidate/baseline and its bootstrap confidence interval."""
+    """Median of per-round ratios candidate/baseline and its confidence interval."""
 
     ratio: float
     lo: float
     hi: float
     n: int
+    coverage: float = DEFAULT_CONFIDENCE   # the interval's confidence level (exact below 10 rounds)
 
 
 # scipy >= 1.15 names the generator argument ``rng``; older releases call it ``random_state``.
 _BOOTSTRAP_RNG_ARG = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"
 
 
-def median_ci(samples: Iterable[float], *, confidence: float = DEFAULT_CONFIDENCE,
-              resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> tuple[float, float, float]:
-    """(median, lo, hi): percentile-bootstrap CI of the median of ``samples``.
+def order_statistic_ci(samples: Iterable[float], confidence: float = DEFAULT_CONFIDENCE
+                       ) -> tuple[float, float, float, float]:
+    """(median, lo, hi, coverage): the exact distribution-free interval [x(k), x(n+1-k)] for the median.
 
-    Uses ``scipy.stats.bootstrap`` (percentile method, vectorised statistic, seeded numpy
-    Generator), so resampling is one array operation, not a Python loop. Needs >= 2 samples.
+    Picks the narrowest such interval whose coverage, 1 - 2 * P(Binomial(n, 1/2) < k), reaches
+    ``confidence``; when even [min, max] falls short (n < 6 at 95%), returns [min, max] with the
+    coverage it has, so a reader sees the interval is weaker than asked.
     """
+    arr = np.sort(_as_samples(samples))
+    n = arr.size
+    point = float(np.median(arr))
+    best = 1
+    for k in range(1, n // 2 + 1):
+        if 1.0 - 2.0 * stats.binom.cdf(k - 1, n, 0.5) >= confidence:
+            best = k
+        else:
+            break
+    coverage = float(1.0 - 2.0 * stats.binom.cdf(best - 1, n, 0.5))
+    return point, float(arr[best - 1]), float(arr[n - best]), coverage
+
+
+def median_interval(samples: Iterable[float], *, confidence: float = DEFAULT_CONFIDENCE,
+                    resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> tuple[float, float, float, float]:
+    """(median, lo, hi, coverage): bootstrap from ``MIN_BOOTSTRAP_ROUNDS`` samples, exact below."""
     arr = _as_samples(samples)
     if arr.size < 2:
         raise ValueError(f"a confidence interval needs at least 2 samples, got {arr.size}")
@@ -193,14 +264,26 @@ def median_ci(samples: Iterable[float], *, confidence: float = DEFAULT_CONFIDENC
         raise ValueError(f"confidence must be between 0 and 1, got {confidence!r}")
     if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 100:
         raise ValueError(f"resamples must be an integer >= 100, got {resamples!r}")
+    if arr.size < MIN_BOOTSTRAP_ROUNDS:
+        return order_statistic_ci(arr, confidence)
     point = float(np.median(arr))
     if np.all(arr == arr[0]):
-        return point, point, point     # no spread: every resample has the same median
+        return point, point, point, confidence     # no spread: every resample has the same median
     res = stats.bootstrap((arr,), np.median, n_resamples=resamples, confidence_level=confidence,
                           method="percentile", vectorized=True,
                           **{_BOOTSTRAP_RNG_ARG: np.random.default_rng(seed)})
     ci = res.confidence_interval
-    return point, float(ci.low), float(ci.high)
+    return point, float(ci.low), float(ci.high), confidence
+
+
+def median_ci(samples: Iterable[float], *, confidence: float = DEFAULT_CONFIDENCE,
+              resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> tuple[float, float, float]:
+    """(median, lo, hi): ``median_interval`` without its coverage.
+
+    Uses ``scipy.stats.bootstrap`` (percentile method, vectorised statistic, seeded numpy
+    Generator) from ``MIN_BOOTSTRAP_ROUNDS`` samples up. Needs >= 2 samples.
+    """
+    return median_interval(samples, confidence=confidence, resamples=resamples, seed=seed)[:3]
 
 
 def paired_ratios(baseline: Iterable[float], candidate: Iterable[float]) -> np.ndarray:
@@ -218,11 +301,11 @@ def paired_ratios(baseline: Iterable[float], candidate: Iterable[float]) -> np.n
 def ratio_ci(baseline: Iterable[float], candidate: Iterable[float], *,
              confidence: float = DEFAULT_CONFIDENCE, resamples: int = DEFAULT_RESAMPLES,
              seed: int = 0) -> RatioCI:
-    """Median paired ratio candidate/baseline with a bootstrap CI over rounds.
+    """Median paired ratio candidate/baseline with its CI over rounds (``median_interval``).
 
     Pairing happens before resampling: each round's ratio is one observation, so drift shared by
     both sides of a round cancels, and the bootstrap resamples whole rounds.
     """
     ratios = paired_ratios(baseline, candidate)
-    point, lo, hi = median_ci(ratios, confidence=confidence, resamples=resamples, seed=seed)
-    return RatioCI(point, lo, hi, int(ratios.size))
+    point, lo, hi, coverage = median_interval(ratios, confidence=confidence, resamples=resamples, seed=seed)
+    return RatioCI(point, lo, hi, int(ratios.size), coverage)

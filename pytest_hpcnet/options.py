@@ -27,6 +27,27 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _fraction(text: str) -> float:
+    """A regression size: '20%' or '0.2' (both mean a 20% regression)."""
+    raw = str(text).strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise ValueError(f"expected a regression such as '20%' or '0.2', got {text!r}") from None
+    if not 0 < value <= 10:
+        raise ValueError(f"expected a regression above 0% and at most 1000%, got {text!r}")
+    return value
+
+
+def _flag(text) -> bool:
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected yes or no (1/0, true/false), got {text!r}")
+
+
 def _nonempty(text: str) -> str:
     text = str(text).strip()
     if not text:
@@ -57,10 +78,11 @@ class Setting:
     default: Any
     parse: Callable[[Any], Any] = _nonempty
     many: bool = False        # repeatable flag / list value
+    switch: bool = False      # a flag without a value on the command line (env/ini still say yes/no)
 
     @property
     def flag(self) -> str:
-        return f"--hpcnet-{self.name}"
+        return f"--hpcnet-{self.name.replace('_', '-')}"
 
     @property
     def env(self) -> str:
@@ -80,6 +102,13 @@ SETTINGS = (
     Setting("report", "directory for run records (JSON)", ".hpcnet", parse=lambda v: str(Path(_nonempty(v)))),
     Setting("rounds", "paired rounds per comparison (baseline and candidate interleaved)", None,
             parse=_positive_int),
+    Setting("max_rounds", "budget of paired rounds: while a claim's CI straddles a bound, more rounds are "
+            "taken up to this many before it settles on warn (default: 3x the rounds)", None,
+            parse=_positive_int),
+    Setting("canary", "inject this regression (e.g. 20%) into the candidate of every enforced local gate; "
+            "each must then FAIL, and a gate that passes fails its test", None, parse=_fraction),
+    Setting("strict_warn", "a claim that warns fails its test, like a failed one", False, parse=_flag,
+            switch=True),
     Setting("assume", "declare a hardware feature the probe can't see (repeatable)", [],
             parse=_words, many=True),
     Setting("verdicts", "what a failed claim does: enforce (fails its test) or report (recorded and "

@@ -12,7 +12,7 @@ from . import hookspec, options
 from .errors import HpcnetError
 from .hardware import FEATURES
 from .measure import Measurement, Paired
-from .report.terminal import measurements_table, verdicts_table
+from .report.terminal import measurements_table, verdicts_summary, verdicts_table
 from .session import HpcnetSession
 
 _KEY = pytest.StashKey[HpcnetSession]()
@@ -29,9 +29,10 @@ def pytest_addhooks(pluginmanager):
 def pytest_addoption(parser):
     group = parser.getgroup("hpcnet", "pytest-hpcnet: big-data stacks on fast networks")
     for s in options.SETTINGS:
-        kind = "append" if s.many else "store"
-        group.addoption(s.flag, action=kind, dest=f"hpcnet_{s.name}", default=[] if s.many else None,
-                        metavar=s.name.upper(), help=f"{s.help} (env {s.env}, ini {s.ini}; default: {s.default})")
+        shape = {"action": "store_const", "const": "yes"} if s.switch else \
+            {"action": "append" if s.many else "store", "metavar": s.name.upper()}
+        group.addoption(s.flag, dest=f"hpcnet_{s.name}", default=[] if s.many else None, **shape,
+                        help=f"{s.help} (env {s.env}, ini {s.ini}; default: {s.default})")
         parser.addini(s.ini, help=s.help, type="linelist" if s.many else "string", default=None)
 
 
@@ -79,6 +80,16 @@ def _session(config) -> HpcnetSession:
         return config.stash[_KEY]
     except KeyError:
         raise pytest.UsageError("pytest-hpcnet is not configured in this run") from None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    hs = item.config.stash.get(_KEY, None)
+    if hs is not None and report.skipped and report.when in ("setup", "call"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        hs.record_skip(Path(item.path), reason.removeprefix("Skipped: "))
+    return report
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -131,6 +142,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if hs.verdicts:
         tr.write_sep("=", "hpcnet claims")
         tr.write_line(verdicts_table(hs.verdicts))
+        for line in verdicts_summary(hs.verdicts):
+            tr.write_line(line)
     tr.write_line(f"hpcnet run record: {hs.record_path}")
 
 
@@ -185,12 +198,13 @@ class Recorder:
             key = f"hpcnet.{m.metric}[{m.config}]" + "".join(f"[{k}={v}]" for k, v in sorted(m.params.items()))
             self._item.user_properties.append((key, f"{m.value:.6g} {m.unit}"))
 
-    def paired(self, baseline, candidate, *, rounds: int | None = None, warmup: int = 1) -> Paired:
-        """Run ``(name, fn)`` pairs interleaved; each fn returns one sample per call."""
+    def paired(self, baseline, candidate, *, rounds: int | None = None, warmup: int = 1,
+               metric: str = "") -> Paired:
+        """Run ``(config name, fn)`` pairs interleaved; each fn returns one sample of ``metric`` per call."""
         from .measure import run_paired
         (bname, bfn), (cname, cfn) = baseline, candidate
         return run_paired(bfn, cfn, rounds=rounds or self.rounds, warmup=warmup,
-                          baseline_name=bname, candidate_name=cname)
+                          baseline_name=bname, candidate_name=cname, metric=metric)
 
 
 @pytest.fixture
@@ -201,26 +215,40 @@ def measure(request, hpcnet) -> Recorder:
 
 @pytest.fixture
 def claim(request, hpcnet):
-    """``claim(id, paired)`` or ``claim(id, baseline_samples, candidate_samples)`` -> Verdict.
+    """``claim(id, paired)`` or ``claim(id, baseline, candidate)`` -> Verdict.
 
-    Fails the test on a failed claim (only warns under ``--hpcnet-verdicts report``), skips it when the
-    claim's hardware is absent (n/a), and warns (``ClaimWarning``) when the interval straddles the bound.
+    ``paired`` is a ``measure.Paired`` that names its metric (``measure.paired(..., metric=...)``);
+    ``baseline`` and ``candidate`` are ``measure.Series`` or ``Measurement``s. Samples of another metric
+    or configuration than the claim names fail the test. A failed claim fails the test (it only warns
+    for a report-only claim or under ``--hpcnet-verdicts report``); n/a skips it; a warn warns
+    (``ClaimWarning``), or fails under ``--hpcnet-strict-warn``. Under ``--hpcnet-canary`` an enforced
+    local gate must FAIL, and the test fails if it does not.
     """
     def check(claim_id: str, baseline, candidate=None):
-        if isinstance(baseline, Paired):
-            baseline, candidate = baseline.baseline, baseline.candidate
         try:
             verdict = hpcnet.check_claim(claim_id, baseline, candidate)
-        except KeyError as e:
-            pytest.fail(str(e.args[0]), pytrace=False)
+        except (KeyError, ValueError, TypeError) as e:
+            problem = str(e.args[0]) if e.args else str(e)
+        else:
+            problem = None
+        if problem is not None:
+            pytest.fail(problem, pytrace=False)
         request.node.user_properties.append((f"hpcnet.claim.{claim_id}", verdict.outcome))
         if verdict.outcome == "n/a":
             pytest.skip(verdict.message())
-        if verdict.outcome == "fail" and hpcnet.enforce_verdicts:
-            pytest.fail(verdict.message(), pytrace=False)
-        if verdict.outcome == "fail":   # --hpcnet-verdicts report: the record and table say "fail"
-            warnings.warn(ClaimWarning(f"{verdict.message()} (not enforced: --hpcnet-verdicts report)"))
+        if verdict.injected:
+            if verdict.outcome != "fail":
+                pytest.fail(f"canary: this gate did not fail with {verdict.injected:.0%} injected -- "
+                            f"{verdict.message()}", pytrace=False)
+            return verdict
+        if verdict.outcome == "fail":
+            if hpcnet.enforce_verdicts and verdict.enforced:
+                pytest.fail(verdict.message(), pytrace=False)
+            why = "report-only claim" if not verdict.enforced else "--hpcnet-verdicts report"
+            warnings.warn(ClaimWarning(f"{verdict.message()} (not enforced: {why})"))
         if verdict.outcome == "warn":
+            if hpcnet.strict_warn and hpcnet.enforce_verdicts and verdict.enforced:
+                pytest.fail(f"{verdict.message()} (--hpcnet-strict-warn)", pytrace=False)
             warnings.warn(ClaimWarning(verdict.message()))
         return verdict
     return check

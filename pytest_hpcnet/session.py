@@ -13,10 +13,12 @@ import tempfile
 from pathlib import Path
 
 from . import hardware
-from .claims import Claim, Verdict, evaluate, load_claims, not_applicable
+from .errors import ConfigError
+from .claims import (Claim, Verdict, as_paired, evaluate, load_claims, not_applicable, not_evaluated,
+                     sensitivity, settle)
 from .cluster import load_cluster
 from .cluster.pool import Launchers
-from .measure import DEFAULT_ROUNDS, Measurement
+from .measure import DEFAULT_ROUNDS, Measurement, Paired
 from .results import RunRecord, new_run_id, provenance
 from .targets import load_target
 
@@ -39,6 +41,12 @@ class HpcnetSession:
         self.args = list(args)
         self.report_dir = Path(values["report"])
         self.rounds = values["rounds"] or DEFAULT_ROUNDS
+        self.max_rounds = values["max_rounds"] or 3 * self.rounds
+        if self.max_rounds < self.rounds:
+            raise ConfigError(f"the round budget ({self.max_rounds}) is below the rounds ({self.rounds})",
+                              where["max_rounds"])
+        self.canary = values["canary"]          # injected regression, or None
+        self.strict_warn = values["strict_warn"]
         self.assumed = frozenset(values["assume"])
         self.enforce_verdicts = values["verdicts"] == "enforce"
         hardware.check_feature_names(self.assumed, where["assume"])
@@ -68,6 +76,7 @@ class HpcnetSession:
         self.measurements: list[Measurement] = []
         self.verdicts: list[dict] = []
         self.collected_paths: set[Path] = set()
+        self.skips: dict[str, list[str]] = {}
 
     # -- hardware ---------------------------------------------------------------------------------
     @property
@@ -100,27 +109,54 @@ class HpcnetSession:
     def record(self, m: Measurement) -> None:
         self.measurements.append(m)
 
-    def check_claim(self, claim_id: str, baseline, candidate) -> Verdict:
-        """Evaluate a claim on two sample lists; n/a without running anything if hardware is absent."""
+    def check_claim(self, claim_id: str, baseline, candidate=None) -> Verdict:
+        """Evaluate a claim on a ``Paired`` (more rounds are taken while its CI straddles a bound, up to
+        ``max_rounds``) or on two sides (``measure.Series``/``Measurement``); n/a without running
+        anything if hardware is absent. Under the canary an enforced local gate's candidate is made
+        worse first; every local claim's sensitivity is recorded."""
         claim = self.claims.get(claim_id)
         if claim is None:
             raise KeyError(f"no claim {claim_id!r} is loaded (known: {', '.join(sorted(self.claims)) or 'none'})")
         missing = self.missing(claim.markers)
-        verdict = not_applicable(claim, missing) if missing else evaluate(claim, baseline, candidate)
+        if missing:
+            verdict = not_applicable(claim, missing)
+        else:
+            injected = self.canary if self.canary and self.is_gate(claim) else 0.0
+            if isinstance(baseline, Paired) and claim.kind == "absolute":
+                baseline, candidate = None, baseline.sides()[1]
+            if baseline is None or claim.kind == "absolute":     # the candidate alone
+                verdict = evaluate(claim, None, candidate, inject_regression=injected)
+            else:
+                paired = as_paired(claim, baseline, candidate)
+                verdict = settle(claim, paired, max_rounds=self.max_rounds, inject_regression=injected)
+                if claim.is_local:
+                    verdict.sensitivity = sensitivity(claim, *paired.sides())
         self.verdicts.append(verdict.to_json())
         return verdict
 
+    def is_gate(self, claim: Claim) -> bool:
+        """An enforced local claim: this project's own regression gate, which the canary must trip."""
+        return claim.is_local and claim.enforced
+
+    def record_skip(self, path: Path, reason: str) -> None:
+        """A test of ``path`` was skipped: claims of its suite left unevaluated say why."""
+        self.skips.setdefault(str(Path(path).resolve()), []).append(reason)
+
     def worker_output(self) -> dict:
         return {"measurements": [m.to_json() for m in self.measurements], "verdicts": self.verdicts,
-                "collected": sorted(map(str, self.collected_paths))}
+                "collected": sorted(map(str, self.collected_paths)), "skips": self.skips}
 
     def merge(self, output: dict) -> None:
         self.measurements += [Measurement.from_json(m) for m in output["measurements"]]
         self.verdicts += output["verdicts"]
         self.collected_paths.update(Path(p) for p in output["collected"])
+        for path, reasons in output.get("skips", {}).items():
+            self.skips.setdefault(path, []).extend(reasons)
 
-    def _unevaluated_not_applicable(self) -> list[dict]:
-        """Claims of the suites that ran, never evaluated because their hardware is absent: n/a, with why."""
+    def _unevaluated(self) -> list[dict]:
+        """Claims of the suites that ran that no test evaluated: n/a when their hardware is absent, else
+        'not evaluated' with the skip reasons of that suite's tests (a local gate that silently did not
+        run is as bad as one that cannot fail)."""
         done = {v["claim_id"] for v in self.verdicts}
         out = []
         for claim in self.claims.values():
@@ -131,16 +167,25 @@ class HpcnetSession:
             missing = self.missing(claim.markers)
             if missing:
                 out.append(not_applicable(claim, missing).to_json())
+                continue
+            reasons = sorted({r for path, rs in self.skips.items() if suite in Path(path).parents for r in rs})
+            why = "no test reached a verdict on it in this run" + \
+                (f"; skipped tests of {suite.name}: " + "; ".join(reasons[:3]) if reasons
+                 else " (its test was deselected, or failed before the claim)")
+            out.append(not_evaluated(claim, why).to_json())
         return out
 
     def finish(self) -> RunRecord:
-        self.verdicts += self._unevaluated_not_applicable()
+        self.verdicts += self._unevaluated()
         probes = self.probes_json()
         nodes = [{"name": n.name, "host": n.host, "addresses": n.addresses, "launcher": n.launcher,
                   **probes[n.name]} for n in self.cluster.nodes]
         prov = provenance(cluster={"source": self.cluster.source, "name": self.cluster.name, "nodes": nodes},
                           target=self.target.describe(), cwd=self.rootdir, args=self.args)
         prov["rounds"] = self.rounds
+        prov["max_rounds"] = self.max_rounds
+        if self.canary:
+            prov["canary"] = self.canary
         return RunRecord(run_id=new_run_id(), provenance=prov, measurements=self.measurements,
                          verdicts=self.verdicts)
 

@@ -129,7 +129,7 @@ def test_paired_rejects_unequal_lengths():
 
 def test_ratio_ci_exact_ratio_has_zero_width():
     base = [1.0, 2.0, 4.0, 8.0]
-    assert ratio_ci(base, [3 * b for b in base]) == RatioCI(3.0, 3.0, 3.0, 4)
+    assert ratio_ci(base, [3 * b for b in base]) == RatioCI(3.0, 3.0, 3.0, 4, 0.875)   # exact: 4 rounds
 
 
 def test_ratio_ci_uses_paired_rounds():

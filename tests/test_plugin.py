@@ -105,18 +105,19 @@ source = "seed 000"
 
 CLAIM_TEST = """
     import pytest
-    from pytest_hpcnet.measure import measurement
+    from pytest_hpcnet.measure import Series, measurement
 
     def test_claim(measure, claim):
-        base = [10.0, 10.2, 9.9, 10.1, 10.0, 9.8, 10.3, 10.1]
+        base = [10.0, 10.2, 9.9, 10.1, 10.0, 9.8, 10.3, 10.1, 10.0, 10.2]
         cand = [b * {factor} for b in base]
-        measure.record(measurement("demo.time", base, unit="s", direction="lower", config="slow"),
-                       measurement("demo.time", cand, unit="s", direction="lower", config="fast"))
-        claim("demo.faster", base, cand)
+        slow = measurement("demo.time", base, unit="s", direction="lower", config="slow")
+        fast = measurement("demo.time", cand, unit="s", direction="lower", config="fast")
+        measure.record(slow, fast)
+        claim("demo.faster", slow, fast)
 
     @pytest.mark.ib_qdr
     def test_paper(claim):
-        claim("demo.paper", [1.0] * 4, [0.5] * 4)
+        claim("demo.paper", Series("demo.time", "slow", [1.0] * 4), Series("demo.time", "fast", [0.5] * 4))
 """
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..cluster.pool import Launchers, finish, wait_for_line
 from ..errors import ConfigError
-from ..measure import Measurement, summarize
+from ..measure import Measurement, Series, summarize
 from .bsfile import read_bs
 from .levels import DEFAULT_LEVEL, check_level, class_counters, class_id
 
@@ -123,6 +123,10 @@ class Experiment:
     def percentile_us(self, scenario: str, q: float) -> list[float]:
         """One value per repetition: the q-th percentile of that repetition's latencies, in µs."""
         return [float(np.percentile(np.asarray(r) * 1000.0, q)) for r in self.latencies_ms[scenario]]
+
+    def percentile_series(self, scenario: str, q: float) -> Series:
+        """``percentile_us`` as the claims' metric ``qjump.barrier.p<q>`` of configuration ``scenario``."""
+        return Series(f"qjump.barrier.p{q:g}", scenario, self.percentile_us(scenario, q))
 
     def pooled_us(self, scenario: str) -> list[float]:
         return [v * 1000.0 for r in self.latencies_ms[scenario] for v in r]

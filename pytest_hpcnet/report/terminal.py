@@ -41,12 +41,39 @@ def measurements_table(measurements: list[Measurement]) -> str:
                                    "p99", "p99.9", "max", "n"], tablefmt="simple", disable_numparse=True)
 
 
+def gate_text(v: dict) -> str:
+    """How a claim gates: 'report-only', the canary it got, or the smallest regression it catches."""
+    if v.get("enforced") is False:
+        return "report-only"
+    if v.get("injected"):
+        return f"canary +{v['injected']:.0%}"
+    sens = v.get("sensitivity")
+    if sens is not None:
+        return f"catches +{sens:.0%}"
+    return "-"
+
+
 def verdicts_table(verdicts: list[dict]) -> str:
     rows = []
     for v in sorted(verdicts, key=lambda v: v["claim_id"]):
         ci = v.get("ci")
         rows.append([v["claim_id"], v["outcome"].upper(), fmt_number(v.get("quantity")),
-                     f"[{ci[0]:.4g}, {ci[1]:.4g}]" if ci else "-", v.get("bound", "-"),
+                     f"[{ci[0]:.4g}, {ci[1]:.4g}]" if ci else "-", v.get("bound", "-"), gate_text(v),
                      v.get("reason") or "", v.get("source", "")])
-    return tabulate(rows, headers=["claim", "verdict", "measured", "CI", "bound", "why", "source"],
-                    tablefmt="simple", disable_numparse=True, maxcolwidths=[None, None, None, None, None, 48, 32])
+    return tabulate(rows, headers=["claim", "verdict", "measured", "CI", "bound", "gate", "why", "source"],
+                    tablefmt="simple", disable_numparse=True,
+                    maxcolwidths=[None, None, None, None, None, None, 48, 32])
+
+
+OUTCOME_ORDER = ("pass", "warn", "fail", "n/a", "not evaluated")
+
+
+def verdicts_summary(verdicts: list[dict]) -> list[str]:
+    """A count line ('3 pass, 1 warn, ...'), then one line per warn and fail, so neither hides in a table."""
+    counts = {o: sum(v["outcome"] == o for v in verdicts) for o in OUTCOME_ORDER}
+    lines = [", ".join(f"{n} {o}" for o, n in counts.items() if n)]
+    for v in sorted(verdicts, key=lambda v: (OUTCOME_ORDER.index(v["outcome"]), v["claim_id"])):
+        if v["outcome"] in ("warn", "fail"):
+            note = "" if v.get("enforced", True) else " (report-only)"
+            lines.append(f"{v['outcome'].upper()} {v['claim_id']}{note}: {v.get('reason', '')}")
+    return lines

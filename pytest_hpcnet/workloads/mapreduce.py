@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import HpcnetError
-from ..measure import Measurement, measurement
+from ..measure import Measurement, abba, measurement
 from ..reference.mapreduce.engine import jobs
 from ..reference.mapreduce.engine.config import parse_config
 from ..reference.mapreduce.engine.driver import Engine, JobResult
@@ -101,10 +101,10 @@ class JobTimer:
 
 def run_configs(engine: Engine, inp: Input, configs: list[str], *, rounds: int = 3, reduces: int | None = None,
                 scratch: Path, warmup: int = 1) -> dict[str, JobTimer]:
-    """Each config ``warmup + rounds`` times, round-robin (A B C A B C ...); timers by config name."""
+    """Each config ``warmup + rounds`` times, forward then reversed (A B C, C B A, ...); timers by name."""
     reduces = reduces or len(engine.workers)
     timers = {c: JobTimer(engine, inp, c, reduces, scratch) for c in configs}
-    for _ in range(warmup + rounds):
-        for timer in timers.values():
+    for forward in abba(warmup + rounds):
+        for timer in (list(timers.values()) if forward else list(timers.values())[::-1]):
             timer()
     return timers

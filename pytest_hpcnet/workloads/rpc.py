@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 from ..cluster.pool import Launchers, finish, wait_for_line
 from ..errors import HpcnetError
+from ..measure import abba
 
 if TYPE_CHECKING:
     from ..measure import Measurement, Paired
@@ -153,14 +154,32 @@ def round_p50(m: Measurement) -> list[float]:
 def paired_p50(measurements: Iterable[Measurement], baseline: str, candidate: str, size: int) -> Paired:
     """Per-round median latencies of two configurations at one size, paired by round."""
     from ..measure import Paired
-    found = {}
+    found: dict[str, list[float]] = {}
     for m in measurements:
         if m.metric == LATENCY_METRIC and m.params.get("size") == size and m.config in (baseline, candidate):
             found[m.config] = round_p50(m)
     missing = {baseline, candidate} - set(found)
     if missing:
         raise HpcnetError(f"no {LATENCY_METRIC} at {size} B for {', '.join(sorted(missing))}")
-    return Paired(baseline, candidate, found[baseline], found[candidate])
+    return Paired(baseline, candidate, found[baseline], found[candidate], metric=LATENCY_METRIC)
+
+
+def paired_latency(sweep: Iterable[Measurement], launchers: Launchers, server_node, client_node,
+                   baseline: tuple, candidate: tuple, size: int, **sweep_options) -> Paired:
+    """``paired_p50`` of a sweep already taken, able to take more rounds of just these two configurations
+    (``Paired.more``: a claim whose interval straddles its bound asks for them)."""
+    paired = paired_p50(sweep, config_name(*baseline), config_name(*candidate), size)
+    base, cand = list(paired.baseline), list(paired.candidate)
+
+    def more(rounds: int) -> tuple[list[float], list[float]]:
+        extra = latency_sweep(launchers, server_node, client_node, configs=(baseline, candidate),
+                              sizes=(size,), rounds=rounds, **sweep_options)
+        got = paired_p50(extra, paired.baseline_name, paired.candidate_name, size)
+        base.extend(got.baseline)
+        cand.extend(got.candidate)
+        return list(base), list(cand)
+    paired.more = more
+    return paired
 
 
 def peak_per_round(measurements: Iterable[Measurement], config: str) -> list[float]:
@@ -187,10 +206,10 @@ def _sweep(specs: list[str], sizes: list[int], rounds: int, iterations: int, war
             for size in sizes:
                 for _ in range(max(1, iterations_for(size, warmup))):
                     c.echo(payloads[size])
-        for _ in range(rounds):
+        for forward in abba(rounds):
             for size in sizes:
                 n = iterations_for(size, iterations)
-                for spec, c in clients.items():
+                for spec, c in (clients.items() if forward else reversed(clients.items())):
                     payload, samples = payloads[size], []
                     for _ in range(n):
                         t0 = clock()
@@ -271,9 +290,9 @@ def _load(specs: list[str], index: int, counts: list[int], rounds: int, seconds:
         with open(start_file) as f:
             t = float(f.read())
         done = {}
-        for r in range(rounds):
+        for r, forward in enumerate(abba(rounds)):
             for n in counts:
-                for spec in specs:
+                for spec in (specs if forward else specs[::-1]):
                     begin, end = t, t + seconds
                     t = end + GAP
                     if index >= n:

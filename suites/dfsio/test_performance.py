@@ -58,7 +58,7 @@ def test_blockstore_pipeline_shm_vs_tcp(stores, launchers, cluster, measure, cla
     paired = measure.paired(
         ("blockstore,transport=tcp,replication=2", lambda: _throughput(opts, targets["tcp"], launchers, cluster)),
         ("blockstore,transport=shm,replication=2", lambda: _throughput(opts, targets["shm"], launchers, cluster)),
-        rounds=ROUNDS)
+        rounds=ROUNDS, metric=METRIC)
     _record(measure, paired, {"nr_files": opts.nr_files, "size": SIZE, "block_size": BLOCK}, cluster.names)
     claim("dfsio.local.blockstore.shm_vs_tcp.write", paired)
 
@@ -70,7 +70,7 @@ def test_posix_fsync_close_vs_none(launchers, cluster, workdirs, measure, claim)
     close = FsTarget("posix", root="local", fsync="close", node_dirs=workdirs)
     paired = measure.paired(("posix,fsync=close", lambda: _throughput(opts, close, launchers, cluster)),
                             ("posix,fsync=none", lambda: _throughput(opts, none, launchers, cluster)),
-                            rounds=ROUNDS)
+                            rounds=ROUNDS, metric=METRIC)
     _record(measure, paired, {"nr_files": opts.nr_files, "size": SIZE}, cluster.names)
     claim("dfsio.local.posix.no_fsync_vs_fsync_close.write", paired)
 
@@ -97,7 +97,8 @@ def test_seed001_testdfsio_rdma_vs_ipoib(launchers, cluster, workdirs, measure, 
                    for t, s in stores.items()}
         paired = measure.paired(
             ("transport=tcp,net=ib", lambda: _throughput(opts, targets["tcp"], launchers, cluster)),
-            ("transport=verbs", lambda: _throughput(opts, targets["verbs"], launchers, cluster)), rounds=3)
+            ("transport=verbs", lambda: _throughput(opts, targets["verbs"], launchers, cluster)), rounds=3,
+            metric=METRIC)
     finally:
         for store in stores.values():
             store.stop()

@@ -19,7 +19,7 @@ from pytest_hpcnet.claims import load_claims
 from pytest_hpcnet.options import env_int
 from pytest_hpcnet.workloads import mapreduce as wm
 
-from .mapreduce_pairs import CLAIMS_FILE, job_of, run_pair, samples
+from .mapreduce_pairs import CLAIMS_FILE, PairRun, job_of
 
 CLAIMS = load_claims([CLAIMS_FILE])
 SEED000 = [c.id for c in CLAIMS.values() if c.id.startswith("mapreduce.seed000.")]
@@ -38,9 +38,12 @@ def run_claim(claim_id, seed, engine, cluster, shared_dir, measure, claim):
                            rows=env_int("HPCNET_MAPREDUCE_PAPER_ROWS", 100_000_000),
                            sort_bytes=env_int("HPCNET_MAPREDUCE_PAPER_BYTES", 10 << 30))
     rounds = env_int("HPCNET_MAPREDUCE_PAPER_ROUNDS", 3)
-    base, cand = run_pair(engine, measure, inp, c.baseline, c.candidate, shared_dir, reduces=reduces,
-                          maps=maps if job == "terasort" else None, rounds=rounds)
-    claim(c.id, samples(c, base, 1), samples(c, cand, 1))
+    run = PairRun(engine, measure, inp, c.baseline, c.candidate, shared_dir, reduces=reduces,
+                  maps=maps if job == "terasort" else None, rounds=rounds)
+    try:
+        claim(c.id, run.paired(c.metric))
+    finally:
+        run.record()
 
 
 @pytest.mark.ib_qdr

@@ -13,7 +13,7 @@ import pytest
 from pytest_hpcnet.claims import load_claims
 from pytest_hpcnet.workloads import mapreduce as wm
 
-from .mapreduce_pairs import CLAIMS_FILE, job_of, run_pair, samples
+from .mapreduce_pairs import CLAIMS_FILE, PairRun, job_of
 
 TERASORT_ROWS = 200_000
 SORT_BYTES = 8 << 20
@@ -37,10 +37,13 @@ def inputs(engine, cluster, tmp_path_factory):
 @pytest.mark.parametrize("job,baseline,candidate", PAIRS, ids=[f"{j}:{b}..{c}" for j, b, c in PAIRS])
 def test_local_claims(engine, inputs, shared_dir, measure, claim, job, baseline, candidate):
     inp = inputs(job)
-    base, cand = run_pair(engine, measure, inp, baseline, candidate, shared_dir, reduces=len(engine.workers))
+    run = PairRun(engine, measure, inp, baseline, candidate, shared_dir, reduces=len(engine.workers))
+    try:
+        claims = [c for c in LOCAL if (job_of(c), c.baseline, c.candidate) == (job, baseline, candidate)]
+        for c in claims:
+            claim(c.id, run.paired(c.metric))
+    finally:
+        run.record()
     for phase_name in ("map", "shuffle", "reduce"):
-        assert all(r.phases[phase_name] >= 0 for r in base.results + cand.results)
-    assert all(r.records == inp.records for r in base.results + cand.results)
-    claims = [c for c in LOCAL if (job_of(c), c.baseline, c.candidate) == (job, baseline, candidate)]
-    for c in claims:
-        claim(c.id, samples(c, base, 1), samples(c, cand, 1))
+        assert all(r.phases[phase_name] >= 0 for r in run.base.results + run.cand.results)
+    assert all(r.records == inp.records for r in run.base.results + run.cand.results)

@@ -17,7 +17,7 @@ from pytest_hpcnet.reference.mapreduce.engine import jobs
 from pytest_hpcnet.reference.mapreduce.engine.driver import Engine
 from pytest_hpcnet.workloads import mapreduce as wm
 
-from .mapreduce_pairs import run_pair
+from .mapreduce_pairs import PairRun
 from .test_fault_tolerance import kill_on
 
 pytestmark = [pytest.mark.rdma, pytest.mark.pyverbs]
@@ -46,10 +46,11 @@ def test_terasort_job_time_verbs_next_to_tcp(engine, shared_dir, measure):
     of both go into the run record (on Soft-RoCE under emulation they say the path works, not how fast
     RDMA hardware is: the paper claims make that comparison where the hardware exists)."""
     inp = wm.prepare_input(engine, "terasort", shared_dir, rows=50_000)
-    base, cand = run_pair(engine, measure, inp, "transport=tcp", "transport=verbs", shared_dir,
-                          reduces=len(engine.workers), rounds=3)
-    assert all(r.records == inp.records for r in base.results + cand.results)
-    assert all(r.phases["shuffle"] > 0 for r in cand.results)
+    run = PairRun(engine, measure, inp, "transport=tcp", "transport=verbs", shared_dir,
+                  reduces=len(engine.workers), rounds=3)
+    run.record()
+    assert all(r.records == inp.records for r in run.base.results + run.cand.results)
+    assert all(r.phases["shuffle"] > 0 for r in run.cand.results)
 
 
 @pytest.mark.parametrize("when,kind", [("map_done", None), ("dispatch", "reduce")],

@@ -102,23 +102,23 @@ def test_three_scenarios_are_measured(qjump_run, measure):
 
 def test_interference_raises_the_tail(qjump_run, claim):
     exp = qjump_run.experiment
-    claim("qjump.interference.p99", exp.percentile_us("alone", 99), exp.percentile_us("interference", 99))
+    claim("qjump.interference.p99", exp.percentile_series("alone", 99), exp.percentile_series("interference", 99))
 
 
 def test_interference_raises_the_median(qjump_run, claim):
     exp = qjump_run.experiment
-    claim("qjump.interference.p50", exp.percentile_us("alone", 50), exp.percentile_us("interference", 50))
+    claim("qjump.interference.p50", exp.percentile_series("alone", 50), exp.percentile_series("interference", 50))
 
 
 def test_priority_restores_the_tail(qjump_run, claim):
     exp = qjump_run.experiment
-    claim("qjump.priority.p99", exp.percentile_us("alone", 99), exp.percentile_us("qjump", 99))
+    claim("qjump.priority.p99", exp.percentile_series("alone", 99), exp.percentile_series("qjump", 99))
 
 
 def test_priority_cuts_the_interference_tail(qjump_run, claim):
     exp = qjump_run.experiment
-    claim("qjump.priority.p99_vs_interference", exp.percentile_us("interference", 99),
-          exp.percentile_us("qjump", 99))
+    claim("qjump.priority.p99_vs_interference", exp.percentile_series("interference", 99),
+          exp.percentile_series("qjump", 99))
 
 
 def test_teardown_leaves_nothing(qjump_run):

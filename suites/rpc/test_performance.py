@@ -16,9 +16,10 @@ from pytest_hpcnet.workloads import rpc as wr
 
 from .conftest import skip_unless_same_host
 
-TCP_POOLED = wr.config_name("tcp", "pooled")
-TCP_NAIVE = wr.config_name("tcp", "naive")
-SHM_POOLED = wr.config_name("shm", "pooled")
+TCP_POOLED = ("tcp", "pooled")
+TCP_NAIVE = ("tcp", "naive")
+SHM_POOLED = ("shm", "pooled")
+SWEEP = {"iterations": 20, "warmup": 20}
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +34,15 @@ def configs(nodes):
 def sweep(nodes, launchers, hpcnet, configs):
     """One interleaved latency sweep shared by the tests below (rounds: ``--hpcnet-rounds``)."""
     server, client = nodes
-    return wr.latency_sweep(launchers, server, client, configs=configs, rounds=hpcnet.rounds,
-                            iterations=20, warmup=20)
+    return wr.latency_sweep(launchers, server, client, configs=configs, rounds=hpcnet.rounds, **SWEEP)
+
+
+@pytest.fixture
+def paired_latency(sweep, nodes, launchers):
+    """Per-round p50s of two configurations from the sweep; more rounds of just those when asked."""
+    server, client = nodes
+    return lambda base, cand, size: wr.paired_latency(sweep, launchers, server, client, base, cand, size,
+                                                      **SWEEP)
 
 
 def test_latency_sweep(sweep, measure, configs):
@@ -47,14 +55,14 @@ def test_latency_sweep(sweep, measure, configs):
         assert 0 < s["min"] <= s["median"] <= s["p99"] <= s["p99_9"] <= s["max"]
 
 
-def test_shm_latency_vs_tcp(sweep, nodes, claim):
+def test_shm_latency_vs_tcp(paired_latency, nodes, claim):
     skip_unless_same_host(nodes)
-    claim("rpc.local.shm_vs_tcp.latency", wr.paired_p50(sweep, TCP_POOLED, SHM_POOLED, 64))
+    claim("rpc.local.shm_vs_tcp.latency", paired_latency(TCP_POOLED, SHM_POOLED, 64))
 
 
 @pytest.mark.parametrize("size", [64, 65536])
-def test_pooled_latency_vs_naive(sweep, size, claim):
-    claim(f"rpc.local.pooled_vs_naive.latency_{size}", wr.paired_p50(sweep, TCP_NAIVE, TCP_POOLED, size))
+def test_pooled_latency_vs_naive(paired_latency, size, claim):
+    claim(f"rpc.local.pooled_vs_naive.latency_{size}", paired_latency(TCP_NAIVE, TCP_POOLED, size))
 
 
 def test_throughput_with_client_processes(nodes, launchers, workdirs, measure, configs):
@@ -82,13 +90,14 @@ def test_pooled_buffers_allocate_and_copy_less_per_call(counter, measure, claim)
             for _ in range(50):
                 c.echo(bytes(1000))
             return (total() - before) / 50
-    paired = measure.paired(("naive", lambda: per_call("naive")), ("pooled", lambda: per_call("pooled")),
-                            rounds=5, warmup=0)
-    measure.record(
-        measurement(f"rpc.buffers.{counter}_per_call", paired.baseline, unit="1/call", direction="lower",
-                    config=TCP_NAIVE, params={"size": 1000}),
-        measurement(f"rpc.buffers.{counter}_per_call", paired.candidate, unit="1/call", direction="lower",
-                    config=TCP_POOLED, params={"size": 1000}))
+    metric = f"rpc.buffers.{counter}_per_call"
+    paired = measure.paired((wr.config_name(*TCP_NAIVE), lambda: per_call("naive")),
+                            (wr.config_name(*TCP_POOLED), lambda: per_call("pooled")),
+                            rounds=10, warmup=0, metric=metric)
+    measure.record(*(measurement(metric, samples, unit="1/call", direction="lower", config=name,
+                                 params={"size": 1000})
+                     for name, samples in ((paired.baseline_name, paired.baseline),
+                                           (paired.candidate_name, paired.candidate))))
     claim(f"rpc.local.pooled_vs_naive.{counter}", paired)
 
 
