@@ -423,3 +423,23 @@ def test_settle_takes_more_rounds_while_the_ci_straddles_a_bound():
     assert v.first_rounds == 10
     fixed = Paired("a", "b", [100.0] * 10, [109.0, 111.0] * 5, metric="m")     # no way to take more
     assert settle(gate, fixed, max_rounds=40).n == 10
+
+
+@settings(max_examples=80, deadline=None)
+@given(ratios=st.lists(st.floats(0.2, 5.0), min_size=2, max_size=14),
+       bound=st.floats(0.5, 2.0), tolerance=st.sampled_from([0.0, 0.05, 0.3]),
+       warn=st.sampled_from([0.0, 0.1]), higher=st.booleans())
+def test_verdict_follows_the_rules(ratios, bound, tolerance, warn, higher):
+    """Fail exactly when the whole CI is beyond bound -/+ tolerance; pass only with the whole CI on the
+    right side of the stated bound and the median outside the warn band measured from it."""
+    claim = _claim(kind="ratio", direction="higher" if higher else "lower", tolerance=tolerance,
+                   warn=warn, **({"min": bound} if higher else {"max": bound}))
+    v = evaluate(claim, *_sides([1.0] * len(ratios), ratios))
+    lo, hi = v.ci
+    fail_at = bound - tolerance if higher else bound + tolerance
+    assert (v.outcome == "fail") == (hi < fail_at if higher else lo > fail_at)
+    if v.outcome == "pass":
+        assert (lo >= bound and v.quantity >= bound + warn) if higher else \
+            (hi <= bound and v.quantity <= bound - warn)
+    beyond = hi < bound if higher else lo > bound
+    assert not (beyond and v.outcome == "pass")

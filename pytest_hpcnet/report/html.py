@@ -21,7 +21,7 @@ import numpy as np
 from ..measure import Measurement
 from ..results import RunRecord
 from . import plots
-from .terminal import fmt_number, measurement_order, param_sort_value
+from .terminal import fmt_number, gate_text, measurement_order, param_sort_value
 
 # Units whose samples are latencies worth a CDF (the report draws one per metric).
 LATENCY_UNITS = {"ns", "us", "µs", "ms"}
@@ -111,11 +111,11 @@ def claims_section(verdicts: list[dict]) -> str:
         conf = v.get("confidence")
         ci_text = "-" if not ci else (f"{conf:.0%} " if conf else "") + f"[{ci[0]:.4g}, {ci[1]:.4g}]"
         rows.append([v.get("claim_id"), outcome.upper(), v.get("kind") or "-", fmt_number(v.get("quantity")), ci_text,
-                     v.get("n", "-"), v.get("bound", "-"), v.get("reason", ""), v.get("source", "")])
+                     v.get("n", "-"), v.get("bound", "-"), gate_text(v), v.get("reason", ""), v.get("source", "")])
         classes.append({"pass": "pass", "warn": "warn", "fail": "fail"}.get(outcome, "na"))
     summary = ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
     return (f"<h2>Claims</h2>\n<p>{_e(summary)}</p>\n"
-            + _table(["claim", "verdict", "kind", "measured", "CI", "n", "bound", "why", "source"], rows,
+            + _table(["claim", "verdict", "kind", "measured", "CI", "n", "bound", "gate", "why", "source"], rows,
                      numeric={3, 5}, row_classes=classes))
 
 

@@ -50,6 +50,8 @@ def gate_text(v: dict) -> str:
     sens = v.get("sensitivity")
     if sens is not None:
         return f"catches +{sens:.0%}"
+    if str(v.get("source", "")).startswith("local:") and v.get("outcome") in ("pass", "warn", "fail"):
+        return "misses +100%"
     return "-"
 
 
