@@ -220,7 +220,7 @@ class BufferDesignLatency:
 def compare(size: int, rounds: int, calls: int, clients: int, seconds: float, dispatch: str = "auto") -> int:
     from tabulate import tabulate
 
-    from pytest_hpcnet.measure import summarize
+    from pytest_hpcnet.measure import abba, summarize
 
     paths = ["floor", "tcp", "shm"]
     servers = {p: _Server(p, handlers=8, dispatch=dispatch) for p in paths}
@@ -230,8 +230,8 @@ def compare(size: int, rounds: int, calls: int, clients: int, seconds: float, di
             pingers[p].samples_us(300)
         samples = {p: [] for p in paths}
         round_p50 = {p: [] for p in paths}
-        for _ in range(rounds):
-            for p in paths:
+        for forward in abba(rounds):
+            for p in (paths if forward else paths[::-1]):
                 s = pingers[p].samples_us(calls)
                 samples[p] += s
                 round_p50[p].append(np.median(s))

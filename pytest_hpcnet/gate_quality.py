@@ -158,6 +158,18 @@ def table(rows: list[dict]) -> str:
                                    "20% caught"], tablefmt="github", disable_numparse=True)
 
 
+def keep(records: Iterable[Path], into: Path) -> None:
+    """Copies of run records holding only what the noise model reads: provenance and local verdicts."""
+    into.mkdir(parents=True, exist_ok=True)
+    for path in records:
+        data = json.loads(Path(path).read_text())
+        verdicts = [v for v in data.get("verdicts", []) if str(v.get("source", "")).startswith("local:")
+                    and v.get("samples") and not v.get("injected")]
+        if verdicts:
+            slim = {"run_id": data.get("run_id"), "provenance": data.get("provenance", {}), "verdicts": verdicts}
+            (into / Path(path).name).write_text(json.dumps(slim, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_hpcnet.gate_quality", description=__doc__.split("\n")[0])
     parser.add_argument("records", nargs="+", type=Path, help="run records (JSON) with the claims' verdicts")
@@ -165,9 +177,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="claims files (default: suites/*/claims.toml under the current directory)")
     parser.add_argument("--trials", type=int, default=400)
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                        help="also write each record, cut to its provenance and its local claims' verdicts, "
+                             "into DIR (how fixtures/gate-runs/ is made)")
     args = parser.parse_args(argv)
     claims = load_claims(args.claims if args.claims is not None else sorted(Path.cwd().glob("suites/*/claims.toml")))
     runs = recorded_runs(args.records)
+    if args.keep is not None:
+        keep(args.records, args.keep)
     rows, missing = [], []
     for claim in sorted((c for c in claims.values() if c.is_local), key=lambda c: c.id):
         if claim.id in runs:

@@ -194,3 +194,20 @@ def test_ratio_ci_rejects_bad_input(base, cand, kwargs, match):
 def test_median_ci_brackets_the_median():
     point, lo, hi = median_ci([5.0, 1.0, 3.0, 2.0, 4.0, 9.0, 7.0])
     assert point == 4.0 and lo <= point <= hi and 1.0 <= lo and hi <= 9.0
+
+
+# --- exact intervals for few rounds ----------------------------------------------------------------
+
+@pytest.mark.parametrize("n, coverage, k", [(3, 0.75, 1), (5, 0.9375, 1), (6, 0.96875, 1), (9, 0.9609375, 2)])
+def test_order_statistic_ci_reports_its_real_coverage(n, coverage, k):
+    from pytest_hpcnet.measure import order_statistic_ci
+    xs = list(range(n, 0, -1))
+    point, lo, hi, cov = order_statistic_ci(xs)
+    assert cov == pytest.approx(coverage) and (lo, hi) == (k, n + 1 - k) and point == (n + 1) / 2
+
+
+def test_order_statistic_ci_covers_as_often_as_it_says():
+    from pytest_hpcnet.measure import order_statistic_ci
+    rng = np.random.default_rng(7)
+    hits = sum(lo <= 0.0 <= hi for lo, hi in (order_statistic_ci(rng.normal(0, 1, 5))[1:3] for _ in range(4000)))
+    assert abs(hits / 4000 - 0.9375) < 0.015

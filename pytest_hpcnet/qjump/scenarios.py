@@ -19,7 +19,7 @@ import numpy as np
 
 from ..cluster.pool import Launchers, finish, wait_for_line
 from ..errors import ConfigError
-from ..measure import Measurement, Series, summarize
+from ..measure import Measurement, Series, abba, summarize
 from .bsfile import read_bs
 from .levels import DEFAULT_LEVEL, check_level, class_counters, class_id
 
@@ -166,11 +166,16 @@ def run_experiment(launchers: Launchers, nodes, outdir: Path, *, rounds: int = 5
         if before is not None and after is not None:
             exp.default_level_mbit[scenario].append((after - before) * 8 / (t1 - t0) / 1e6 / len(nodes))
 
-    for rep in range(repetitions):
-        one("alone", rep, None)
+    # ABBA across repetitions: alone before the bulk flows, then after them; the two scenarios that
+    # share the flows swap order too, so drift in the machine falls on every scenario alike
+    for rep, forward in enumerate(abba(repetitions)):
+        if forward:
+            one("alone", rep, None)
         with bulk_flows(launchers, nodes, flows, network):
-            one("interference", rep, None)
-            one("qjump", rep, level)
+            for scenario in (("interference", "qjump") if forward else ("qjump", "interference")):
+                one(scenario, rep, level if scenario == "qjump" else None)
+        if not forward:
+            one("alone", rep, None)
     return exp
 
 

@@ -3,7 +3,8 @@ barrier at a high QJump level - on a netns cluster this suite builds for itself.
 
 The run's default cluster (local:N) has no network to shape, so the suite builds ``netns:4`` with a
 200 Mbit/s HTB bottleneck on every node's egress and tears it down afterwards (checked by the last
-test). Four repetitions, interleaved, of 500 rounds per scenario = 2,000 samples per scenario.
+test). Ten repetitions, interleaved, of 200 rounds per scenario = 2,000 samples per scenario; the claims
+pair the scenarios by repetition, so ten repetitions give them ten paired rounds.
 Latencies are barrier round times (every process's message reached every other: one round trip's
 worth of waiting, not RTT/2), in µs.
 
@@ -35,8 +36,8 @@ LINK_RATE = "200mbit"
 PARAMS = QJumpParams(bytesq=256, timeq=20, rates=(100, 1, 1, 1, 1, 1, 1, 1))
 LEVEL = 7
 FLOWS = 4
-ROUNDS = 500
-REPETITIONS = 4
+ROUNDS = 200
+REPETITIONS = 10
 REALTIME = ("chrt", "-f", "10") if shutil.which("chrt") else ()  # util-linux; without it: normal priority
 
 
