@@ -60,7 +60,7 @@ def recorded_runs(paths: Iterable[Path]) -> dict[str, list[RecordedRun]]:
             base = v.samples.get("baseline")
             out.setdefault(v.claim_id, []).append(RecordedRun(
                 None if base is None else np.asarray(base, float), np.asarray(v.samples["candidate"], float),
-                v.first_rounds or v.n, max_rounds or 3 * (v.first_rounds or v.n)))
+                v.first_rounds or v.n, max_rounds or 3 * (v.first_rounds or v.n)))   # the session's rule
     return out
 
 

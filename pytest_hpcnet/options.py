@@ -103,7 +103,7 @@ SETTINGS = (
     Setting("rounds", "paired rounds per comparison (baseline and candidate interleaved)", None,
             parse=_positive_int),
     Setting("max_rounds", "budget of paired rounds: while a claim's CI straddles a bound, more rounds are "
-            "taken up to this many before it settles on warn (default: 3x the rounds)", None,
+            "taken up to this many before it settles on warn (default: 3x the rounds each comparison started with)", None,
             parse=_positive_int),
     Setting("canary", "inject this regression (e.g. 20%) into the candidate of every enforced local gate; "
             "each must then FAIL, and a gate that passes fails its test", None, parse=_fraction),

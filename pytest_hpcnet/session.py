@@ -41,8 +41,8 @@ class HpcnetSession:
         self.args = list(args)
         self.report_dir = Path(values["report"])
         self.rounds = values["rounds"] or DEFAULT_ROUNDS
-        self.max_rounds = values["max_rounds"] or 3 * self.rounds
-        if self.max_rounds < self.rounds:
+        self.max_rounds = values["max_rounds"]     # None: three times each comparison's own rounds
+        if self.max_rounds is not None and self.max_rounds < self.rounds:
             raise ConfigError(f"the round budget ({self.max_rounds}) is below the rounds ({self.rounds})",
                               where["max_rounds"])
         self.canary = values["canary"]          # injected regression, or None
@@ -128,11 +128,17 @@ class HpcnetSession:
                 verdict = evaluate(claim, None, candidate, inject_regression=injected)
             else:
                 paired = as_paired(claim, baseline, candidate)
-                verdict = settle(claim, paired, max_rounds=self.max_rounds, inject_regression=injected)
+                verdict = settle(claim, paired, max_rounds=self.round_budget(paired.rounds),
+                                 inject_regression=injected)
                 if claim.is_local:
                     verdict.sensitivity = sensitivity(claim, *paired.sides())
         self.verdicts.append(verdict.to_json())
         return verdict
+
+    def round_budget(self, first_rounds: int) -> int:
+        """How many rounds a comparison may grow to: ``--hpcnet-max-rounds``, or three times the rounds it
+        started with (a paper-scale test that runs 3 rounds of 10 GB jobs must not grow to 90)."""
+        return self.max_rounds if self.max_rounds is not None else 3 * first_rounds
 
     def is_gate(self, claim: Claim) -> bool:
         """An enforced local claim: this project's own regression gate, which the canary must trip."""
