@@ -137,6 +137,20 @@ def quality(claim: Claim, runs: list[RecordedRun], *, trials: int = 400, seed: i
     return out
 
 
+def proposed_bound(claim: Claim, runs: list[RecordedRun]) -> Claim:
+    """The claim with its bad-side bound halfway (in log terms) between its typical value in the recorded
+    runs and that value 20% worse, no tolerance and no warn band: the bound a 20% gate would need."""
+    from dataclasses import replace
+    model = NoiseModel(claim, runs)
+    if model.counter:
+        return claim
+    q0 = float(np.exp(model.typical))                  # typical candidate/baseline (or candidate) ratio
+    worse = q0 * 1.1 if claim.direction == ("higher" if claim.kind == "reduction" else "lower") else q0 / 1.1
+    bound = 1.0 - worse if claim.kind == "reduction" else worse
+    side = "min" if claim.direction == "higher" else "max"
+    return replace(claim, **{side: round(bound, 3)}, tolerance=0.0, warn=0.0)
+
+
 def meets_the_bar(row: dict) -> list[str]:
     """What an enforced gate's figures fall short of (empty when it meets every target)."""
     problems = []
@@ -151,10 +165,10 @@ def meets_the_bar(row: dict) -> list[str]:
 
 def table(rows: list[dict]) -> str:
     from tabulate import tabulate
-    body = [[r["claim_id"], "gate" if r["enforced"] else "report-only", r["recorded_runs"],
+    body = [[r["claim_id"], r.get("bound", ""), "gate" if r["enforced"] else "report-only", r["recorded_runs"],
              f"{r['rounds']}..{r['max_rounds']}", f"{r['0%']['fail']:.1%}", f"{r['0%']['warn']:.1%}",
              f"{r['10%']['fail']:.1%}", f"{r['20%']['fail']:.1%}"] for r in rows]
-    return tabulate(body, headers=["claim", "kind", "runs", "rounds", "A/A fail", "A/A warn", "10% caught",
+    return tabulate(body, headers=["claim", "bound", "kind", "runs", "rounds", "A/A fail", "A/A warn", "10% caught",
                                    "20% caught"], tablefmt="github", disable_numparse=True)
 
 
@@ -177,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="claims files (default: suites/*/claims.toml under the current directory)")
     parser.add_argument("--trials", type=int, default=400)
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--propose", action="store_true",
+                        help="judge each claim with the bound a 20%% gate would need (halfway to 20%% worse "
+                             "than its typical value), to see whether this machine can support one")
     parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
                         help="also write each record, cut to its provenance and its local claims' verdicts, "
                              "into DIR (how fixtures/gate-runs/ is made)")
@@ -188,7 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     rows, missing = [], []
     for claim in sorted((c for c in claims.values() if c.is_local), key=lambda c: c.id):
         if claim.id in runs:
-            rows.append(quality(claim, runs[claim.id], trials=args.trials, seed=args.seed))
+            judged = proposed_bound(claim, runs[claim.id]) if args.propose else claim
+            row = quality(judged, runs[claim.id], trials=args.trials, seed=args.seed)
+            row["bound"] = judged.bound_text()
+            rows.append(row)
         else:
             missing.append(claim.id)
     print(table(rows))
