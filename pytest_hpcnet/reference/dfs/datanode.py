@@ -25,15 +25,18 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from .. import auth
 from ..transport import TransportError, get_transport
 from .blockfiles import BlockDir
 from .errors import ChecksumError, DfsError, ProtocolError
+from ..serving import DEFAULT_LIMITS
 from .server import log, serve_forever
 from .wire import MAX_MESSAGE, PACKET_SIZE, decode, decode_request, encode, request, verify_chunks
 
 CONNECT_TIMEOUT = 10.0
 PACKET_TIMEOUT = 60.0     # an upstream that goes quiet this long is treated as gone
 BLOCK_LOCK_TIMEOUT = 30.0
+IDLE_TIMEOUT = DEFAULT_LIMITS.idle_timeout   # between requests on a connection
 
 
 class DataNode:
@@ -50,7 +53,7 @@ class DataNode:
 
     def handle(self, conn) -> None:
         while True:
-            msg = conn.recv(timeout=3600, max_length=MAX_MESSAGE)
+            msg = conn.recv(timeout=IDLE_TIMEOUT, max_length=MAX_MESSAGE)
             try:
                 header, _ = decode_request(msg.view)
             finally:
@@ -115,7 +118,7 @@ class DataNode:
                 targets = h.get("targets") or []
                 if targets:
                     try:
-                        down = self.transport.connect(tuple(targets[0]), timeout=CONNECT_TIMEOUT)
+                        down = auth.connect(self.transport, targets[0], timeout=CONNECT_TIMEOUT)
                         reply = request(down, {**h, "targets": targets[1:], "index": index + 1},
                                         timeout=CONNECT_TIMEOUT)
                     except TransportError as e:
@@ -220,7 +223,7 @@ def register(meta: tuple[str, int], name: str, address, attempts: int = 50) -> N
     tcp = get_transport("tcp")
     for i in range(attempts):
         try:
-            conn = tcp.connect(meta, timeout=CONNECT_TIMEOUT)
+            conn = auth.connect(tcp, meta, timeout=CONNECT_TIMEOUT)
             try:
                 reply = request(conn, {"op": "register", "name": name, "address": list(address)})
             finally:

@@ -43,6 +43,11 @@ class TransportClosed(TransportError, ConnectionError):
     """The peer went away or the connection was closed."""
 
 
+class PeerRefused(TransportClosed):
+    """This one peer was refused (wrong credentials, another user, a failed handshake); the listener
+    is fine and keeps accepting others."""
+
+
 class TransportTimeout(TransportError, TimeoutError):
     """A blocking call did not complete within its timeout."""
 

@@ -32,6 +32,8 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from ....errors import HpcnetError
+from ... import auth
+from ...serving import DEFAULT_LIMITS, Limits, Server
 from ...transport import RemoteRegion, TransportError, TransportTimeout, get_transport
 
 OK, ERROR, REGION = b"\x00", b"\x01", b"\x02"
@@ -107,37 +109,30 @@ def resolve(roots: dict[str, Path], root: str, path: str) -> Path:
 # -- the server ----------------------------------------------------------------------------------------
 
 class ShuffleServer:
-    """Serves map output segments over one transport; one thread per connection."""
+    """Serves map output segments over one transport to authenticated reducers (``serving.Server``)."""
 
-    def __init__(self, transport: str, host: str, roots: dict[str, Path]):
+    def __init__(self, transport: str, host: str, roots: dict[str, Path], limits: Limits = DEFAULT_LIMITS):
         self.transport = transport
         self.roots = {k: Path(v) for k, v in roots.items()}
         self._listener = get_transport(transport).listen(host, 0)
         self.address = tuple(self._listener.address)
         self._stop = threading.Event()
         self._regions: set = set()     # live one-sided regions, closed with the server
-        threading.Thread(target=self._accept_loop, name=f"shuffle-{transport}", daemon=True).start()
-
-    def _accept_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn = self._listener.accept(timeout=0.5)
-            except TransportTimeout:
-                continue
-            except TransportError:
-                if self._stop.is_set():
-                    return
-                continue          # a failed handshake is one client's problem, not the server's
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        self.limits = limits
+        self._server = Server(self._listener, self._serve, f"shuffle-{transport}", limits).start()
 
     def _serve(self, conn) -> None:
         region = None      # one-sided replies go through one region per connection, grown as needed and
+        idle_until = time.monotonic() + self.limits.idle_timeout
         try:               # reused: the reducer asks again only after it has read the last reply
             while not self._stop.is_set():
                 try:
                     msg = conn.recv(timeout=1.0, max_length=MAX_REQUEST)
                 except TransportTimeout:
+                    if time.monotonic() > idle_until:
+                        return            # an idle reducer connection: it reconnects when it needs us
                     continue
+                idle_until = time.monotonic() + self.limits.idle_timeout
                 try:
                     request = json.loads(bytes(msg.view))
                     msg.release()
@@ -172,7 +167,7 @@ class ShuffleServer:
         """Stop accepting and release every region (the serving threads are daemons: at process exit
         nothing else would unlink the shared memory)."""
         self._stop.set()
-        self._listener.close()
+        self._server.stop()
         for region in list(self._regions):
             region.close()
         self._regions.clear()
@@ -193,7 +188,7 @@ def _checkout(transport: str, address, timeout: float):
     with _idle_lock:
         if _idle.get(key):
             return _idle[key].pop()[0]
-    return get_transport(transport).connect(tuple(address), timeout=timeout)
+    return auth.connect(get_transport(transport), address, timeout=timeout)
 
 
 def _checkin(transport: str, address, conn) -> None:
