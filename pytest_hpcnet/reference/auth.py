@@ -106,6 +106,8 @@ class ServerHandshake:
             self.rest += data
             return
         self._buf += data
+        if len(self._buf) > RESPONSE_SIZE:       # a client waits for our proof before it sends more
+            return self._finish(False, "sent data before authenticating")
         if len(self._buf) < RESPONSE_SIZE:
             if not MAGIC.startswith(self._buf[:len(MAGIC)]):
                 self._finish(False, "not an hpcnet client (bad magic)")

@@ -40,7 +40,42 @@ class Limits:
     idle_timeout: float = 20.0        # between requests on a served connection
 
 
-DEFAULT_LIMITS = Limits()
+    @classmethod
+    def from_env(cls) -> "Limits":
+        """Defaults, overridden by ``HPCNET_SERVICE_MAX_CONNECTIONS``, ``_MAX_PENDING``,
+        ``_HANDSHAKE_TIMEOUT`` and ``_IDLE_TIMEOUT`` (a run sets these for every service it starts)."""
+        import os
+        kw = {}
+        for field, kind in (("max_connections", int), ("max_pending", int),
+                            ("handshake_timeout", float), ("idle_timeout", float)):
+            value = os.environ.get(f"HPCNET_SERVICE_{field.upper()}")
+            if value:
+                kw[field] = kind(value)
+        return cls(**kw)
+
+
+DEFAULT_LIMITS = Limits.from_env()
+
+
+class AuthGate:
+    """What stage 1 checks: the run's credentials (``auth``). Another protocol (the Hadoop-IPC server's
+    preamble and connection context) supplies its own gate with the same three members."""
+
+    def __init__(self, who: str):
+        self.who = who
+
+    def start(self):
+        """Sans-IO state of one pending connection: ``greeting()``, ``feed(bytes)``, ``done``, ``ok``,
+        ``reply`` (sent when done), ``reason``, ``rest``; optional ``pushback`` (bytes handed back to
+        the connection for its handler to read)."""
+        return auth.ServerHandshake()
+
+    def blocking(self, conn, timeout: float) -> bool:
+        """Stage 1 on a transport whose bytes do not come through a socket (shm, verbs)."""
+        return auth.serve_handshake(conn, self.who, timeout)
+
+    def refuse(self, conn, reason: str) -> None:
+        auth.count_refusal(self.who, getattr(conn, "peer", "?"), reason)
 
 
 def log(who: str, message: str) -> None:
@@ -52,9 +87,10 @@ class Server:
     (exceptions are the caller's ``guard``'s to log; the connection is closed afterwards)."""
 
     def __init__(self, listener, handle: Callable, who: str, limits: Limits = DEFAULT_LIMITS,
-                 guard: Callable | None = None):
+                 guard: Callable | None = None, gate=None):
         self.listener, self.handle, self.who, self.limits = listener, handle, who, limits
         self.guard = guard
+        self.gate = gate or AuthGate(who)
         self._stopped = threading.Event()
         self._sessions = threading.BoundedSemaphore(limits.max_connections)
         self._pending_threads = threading.BoundedSemaphore(limits.max_pending)
@@ -77,7 +113,7 @@ class Server:
                 except TransportTimeout:
                     continue
                 except PeerRefused as e:              # e.g. shm: another user's process
-                    auth.count_refusal(self.who, "?", str(e))
+                    self.gate.refuse(None, str(e))
                     continue
                 except TransportError as e:
                     if self._stopped.is_set():
@@ -98,7 +134,7 @@ class Server:
                 elif self._pending_threads.acquire(blocking=False):
                     threading.Thread(target=self._handshake_thread, args=(conn,), daemon=True).start()
                 else:
-                    auth.count_refusal(self.who, getattr(conn, "peer", "?"), "too many connections authenticating")
+                    self.gate.refuse(conn, "too many connections authenticating")
                     conn.close()
         finally:
             self.stop()
@@ -123,7 +159,7 @@ class Server:
     # -- stage 1: authenticate ---------------------------------------------------------------------
     def _handshake_thread(self, conn) -> None:
         try:
-            if auth.serve_handshake(conn, self.who, self.limits.handshake_timeout):
+            if self.gate.blocking(conn, self.limits.handshake_timeout):
                 self._admit(conn)
         finally:
             self._pending_threads.release()
@@ -157,9 +193,10 @@ class Server:
         sock = conn.sock
         while len(self._pending) >= self.limits.max_pending:     # make room: drop the oldest
             self._drop(next(iter(self._pending)), "too many connections authenticating")
-        hs = auth.ServerHandshake()
+        hs = self.gate.start()
         try:
-            sock.sendall(hs.greeting())       # small: fits an empty socket buffer at once
+            if hs.greeting():
+                sock.sendall(hs.greeting())       # small: fits an empty socket buffer at once
             fd = sock.fileno()
             self._sel.register(fd, selectors.EVENT_READ, conn)
         except (OSError, ValueError):
@@ -170,7 +207,7 @@ class Server:
     def _read_pending(self, fd: int) -> None:
         conn, hs, _ = self._pending[fd]
         try:
-            data = conn.sock.recv(auth.RESPONSE_SIZE, socket.MSG_DONTWAIT)
+            data = conn.sock.recv(65536, socket.MSG_DONTWAIT)
         except BlockingIOError:
             return
         except OSError as e:
@@ -185,10 +222,14 @@ class Server:
         del self._pending[fd]
         self._sel.unregister(fd)
         try:
-            conn.sock.sendall(hs.reply)
+            if hs.reply:
+                conn.sock.sendall(hs.reply)
         except OSError:
             conn.close()
             return
+        pushback = getattr(hs, "pushback", b"")
+        if pushback:
+            conn.unread(pushback)
         self._admit(conn)
 
     def _drop(self, fd: int, reason: str, reply: bytes = b"", count: bool = True) -> None:
@@ -203,15 +244,14 @@ class Server:
             except OSError:
                 pass
         if count:
-            auth.count_refusal(self.who, getattr(conn, "peer", "?"), reason)
+            self.gate.refuse(conn, reason)
         conn.close()
 
     # -- stage 2: serve ----------------------------------------------------------------------------
     def _admit(self, conn) -> None:
         if not self._sessions.acquire(blocking=False):
             self.refused_busy += 1
-            auth.count_refusal(self.who, getattr(conn, "peer", "?"),
-                               f"already serving {self.limits.max_connections} connections")
+            self.gate.refuse(conn, f"already serving {self.limits.max_connections} connections")
             conn.close()
             return
         self.served += 1

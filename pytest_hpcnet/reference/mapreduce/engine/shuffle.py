@@ -21,6 +21,7 @@ reply while the server keeps serving everyone else.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from dataclasses import asdict
@@ -40,6 +41,7 @@ OK, ERROR, REGION = b"\x00", b"\x01", b"\x02"
 ONE_SIDED_TRANSPORTS = ("shm", "verbs")
 MIN_REGION = 1 << 20
 MAX_REQUEST = 64 * 1024
+MAX_INDEX_BYTES = 8 * (1 << 20)      # a million reduces
 DATA_SUFFIX, INDEX_SUFFIX = ".out", ".index"
 
 
@@ -73,7 +75,11 @@ def write_map_output(base: Path, segments: list) -> list[int]:
 
 def segment_range(base: Path, reduce: int) -> tuple[Path, int, int]:
     """(data file, offset, length) of segment ``reduce`` of the map output at ``base``."""
-    index = np.fromfile(base.with_name(base.name + INDEX_SUFFIX), dtype="<i8")
+    with _open_nofollow(base.with_name(base.name + INDEX_SUFFIX)) as f:
+        raw = f.read(MAX_INDEX_BYTES + 1)
+    if len(raw) > MAX_INDEX_BYTES or len(raw) % 8:
+        raise FetchError(f"{base}: index file is not a map output index")
+    index = np.frombuffer(raw, dtype="<i8")
     if not 0 <= reduce < len(index) - 1:
         raise FetchError(f"{base}: no segment {reduce} (map output has {len(index) - 1} segments)")
     start, end = int(index[reduce]), int(index[reduce + 1])
@@ -84,7 +90,9 @@ def read_segment(base: Path, reduce: int, into: memoryview | None = None) -> byt
     """Segment ``reduce`` of the map output at ``base`` (the direct-read path and the server's); with
     ``into`` (a buffer of the segment's length) read into it and return None."""
     path, start, length = segment_range(base, reduce)
-    with open(path, "rb") as f:
+    if start < 0 or length < 0:
+        raise FetchError(f"{base}: index of segment {reduce} is corrupt")
+    with _open_nofollow(path) as f:
         f.seek(start)
         if into is None:
             data = f.read(length)
@@ -100,10 +108,33 @@ def resolve(roots: dict[str, Path], root: str, path: str) -> Path:
     """The map output ``path`` under root ``root``; refuse anything that would escape the root."""
     if root not in roots:
         raise FetchError(f"unknown root {root!r} (this server has {sorted(roots)})")
+    if not isinstance(path, str):
+        raise FetchError("path must be a string")
     rel = PurePosixPath(path)
     if rel.is_absolute() or ".." in rel.parts or not rel.parts:
         raise FetchError(f"refusing path {path!r}: must be relative and stay inside the root")
     return roots[root] / rel
+
+
+def resolve_served(roots: dict[str, Path], root: str, path: str) -> Path:
+    """``resolve`` for the shuffle server: the real path (symlinks followed) of the map output's
+    directory must still lie inside the root's real path, and the files are then opened with
+    ``O_NOFOLLOW``, so a symlink planted under the root cannot lead out of it."""
+    base = resolve(roots, root, path)
+    real_root = os.path.realpath(roots[root])
+    real_dir = os.path.realpath(base.parent)
+    if os.path.commonpath([real_root, real_dir]) != real_root:
+        raise FetchError(f"refusing path {path!r}: it leads outside the {root} root")
+    return Path(real_dir) / base.name
+
+
+def _open_nofollow(path: Path):
+    try:
+        return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise FetchError(f"refusing {path.name}: it is a symlink") from None
+        raise
 
 
 # -- the server ----------------------------------------------------------------------------------------
@@ -136,7 +167,7 @@ class ShuffleServer:
                 try:
                     request = json.loads(bytes(msg.view))
                     msg.release()
-                    base = resolve(self.roots, request["root"], request["path"])
+                    base = resolve_served(self.roots, request["root"], request["path"])
                     reduce = int(request["reduce"])
                     _, _, length = segment_range(base, reduce)
                     if request.get("one_sided") and self.transport in ONE_SIDED_TRANSPORTS and length:
@@ -152,7 +183,7 @@ class ShuffleServer:
                         reply = [REGION, json.dumps({"region": asdict(region.remote()), "size": length}).encode()]
                     else:
                         reply = [OK, read_segment(base, reduce)]
-                except (ValueError, KeyError, TypeError, OSError, FetchError) as e:
+                except (ValueError, KeyError, TypeError, AttributeError, OSError, FetchError) as e:
                     reply = [ERROR, f"bad shuffle request: {e}".encode()]
                 conn.send(reply, timeout=60)
         except TransportError:
