@@ -10,6 +10,11 @@ from .errors import DfsError, ProtocolError
 from .wire import MAX_MESSAGE, decode_request, encode
 
 
+# Messages up to this size (a default 64 KiB packet and its checksums) get their buffer at once;
+# a larger announced length gets a buffer that grows as the bytes arrive.
+EAGER_LIMIT = 1 << 20
+
+
 def serve_forever(listener, handle_connection, who: str, limits: Limits = DEFAULT_LIMITS) -> None:
     """Accept until the listener closes; ``handle_connection(conn)`` runs in its own thread once the
     peer has proved the run's credentials."""
@@ -18,6 +23,7 @@ def serve_forever(listener, handle_connection, who: str, limits: Limits = DEFAUL
 
 def _guard(handle_connection, conn, who: str) -> None:
     peer = getattr(conn, "peer", "?")
+    conn.eager_limit = EAGER_LIMIT
     try:
         handle_connection(conn)
     except TransportClosed:

@@ -42,6 +42,7 @@ ONE_SIDED_TRANSPORTS = ("shm", "verbs")
 MIN_REGION = 1 << 20
 MAX_REQUEST = 64 * 1024
 MAX_INDEX_BYTES = 8 * (1 << 20)      # a million reduces
+MAX_SEGMENT = 1 << 30                # the largest segment a reducer accepts from a server
 DATA_SUFFIX, INDEX_SUFFIX = ".out", ".index"
 
 
@@ -251,11 +252,13 @@ def fetch_from(transport: str, address, node: str, requests: list[dict], timeout
     try:
         for request in requests:
             conn.send([json.dumps(dict(request, one_sided=one_sided)).encode()], timeout=timeout)
-            msg = conn.recv(timeout=timeout)
+            msg = conn.recv(timeout=timeout, max_length=MAX_SEGMENT + 1)
             try:
                 status, body = bytes(msg.view[:1]), msg.view[1:]
                 if status == REGION:
                     reply = json.loads(bytes(body))
+                    if not 0 <= int(reply["size"]) <= min(MAX_SEGMENT, int(reply["region"]["length"])):
+                        raise FetchError(f"shuffle server of {node} offered a {reply['size']}-byte segment")
                     out.append(conn.get(RemoteRegion(**reply["region"]), 0, reply["size"], timeout=timeout))
                 elif status == OK:
                     out.append(bytes(body))
