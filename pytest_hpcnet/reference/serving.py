@@ -255,6 +255,9 @@ class Server:
             conn.close()
             return
         self.served += 1
+        warm = getattr(getattr(conn, "buffers", None), "warm", None)
+        if warm is not None:
+            warm()
         threading.Thread(target=self._session, args=(conn,), daemon=True).start()
 
     def _session(self, conn) -> None:

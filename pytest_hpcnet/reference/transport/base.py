@@ -127,7 +127,10 @@ def connect_pair(transport: "Transport", listener: "Listener", timeout: float = 
 
     def accept():
         try:
-            accepted["conn"] = listener.accept(timeout=timeout)
+            accepted["conn"] = conn = listener.accept(timeout=timeout)
+            warm = getattr(conn.buffers, "warm", None)   # a listener hands out cold pools
+            if warm is not None:
+                warm()
         except BaseException as e:   # handed to the caller below
             accepted["error"] = e
     thread = threading.Thread(target=accept, name="connect-pair-accept", daemon=True)

@@ -295,7 +295,9 @@ class TcpListener:
             raise TransportTimeout("no connection within the timeout") from None
         except OSError as e:
             raise TransportClosed(f"listener on {self.address} closed: {e}") from None
-        return TcpConnection(sock, make_buffers(self._buffers), self._default_timeout)
+        # cold: the pool is registered when a server admits the peer (serving.Server), so a flood of
+        # connections that never get that far costs no buffers
+        return TcpConnection(sock, make_buffers(self._buffers, cold=True), self._default_timeout)
 
     def close(self) -> None:
         self._sock.close()
