@@ -38,6 +38,7 @@ PACKET_TIMEOUT = 60.0     # an upstream that goes quiet this long is treated as 
 BLOCK_LOCK_TIMEOUT = 30.0
 IDLE_TIMEOUT = DEFAULT_LIMITS.idle_timeout   # between requests on a connection
 MAX_PACKET = 16 * 1024 * 1024                # largest read packet a client may ask for
+RECOVERY_WINDOW = 2 * PACKET_TIMEOUT        # how long an unfinished replica waits for a recovery
 MAX_TARGETS = 16                             # downstream datanodes one write request may name
 
 
@@ -53,6 +54,26 @@ class DataNode:
         self._registered: set[tuple[str, int]] = set()
         self._block_locks: dict[int, threading.Lock] = defaultdict(threading.Lock)
         self._locks_guard = threading.Lock()
+        self._unfinished: dict[int, float] = {}    # block -> when its pipeline ended unfinished
+        threading.Thread(target=self._sweep_unfinished, name="unfinished-sweeper", daemon=True).start()
+
+    def _sweep_unfinished(self, every: float = 10.0) -> None:
+        """A replica left under construction by a pipeline that ended early is kept for a recovery
+        (which continues it) for ``RECOVERY_WINDOW`` seconds, then removed: no partial files stay."""
+        while True:
+            time.sleep(every)
+            now = time.monotonic()
+            for block, since in list(self._unfinished.items()):
+                if now - since < RECOVERY_WINDOW:
+                    continue
+                lock = self._lock_for(block)
+                if lock.acquire(blocking=False):
+                    try:
+                        if self._unfinished.get(block) == since:
+                            self.blocks.remove_tmp(block)
+                            del self._unfinished[block]
+                    finally:
+                        lock.release()
 
     def _lock_for(self, block_id: int) -> threading.Lock:
         with self._locks_guard:
@@ -183,6 +204,10 @@ class DataNode:
         finally:
             if writer is not None:
                 writer.close()     # unfinished: stays under its temporary name for a recovery
+                if writer.finished:
+                    self._unfinished.pop(block, None)
+                else:
+                    self._unfinished[block] = time.monotonic()
             if down is not None:
                 down.close()
             lock.release()
