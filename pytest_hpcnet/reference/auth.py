@@ -150,7 +150,9 @@ def serve_handshake(conn, who: str, timeout: float = HANDSHAKE_TIMEOUT) -> bool:
     peer = getattr(conn, "peer", "?")
     try:
         conn.send_raw(hs.greeting(), timeout=timeout)
-        hs.feed(conn.recv_raw(RESPONSE_SIZE, timeout=timeout))
+        hs.feed(conn.recv_raw(len(MAGIC), timeout=timeout))     # a foreign protocol is refused at once
+        if not hs.done:
+            hs.feed(conn.recv_raw(RESPONSE_SIZE - len(MAGIC), timeout=timeout))
         conn.send_raw(hs.reply, timeout=timeout)
     except (TransportError, OSError) as e:
         hs.ok, hs.reason = False, f"no credentials within {timeout:.0f}s ({e})"
@@ -204,7 +206,9 @@ def serve_handshake_socket(sock: socket.socket, who: str, timeout: float = HANDS
     try:
         sock.settimeout(timeout)
         sock.sendall(hs.greeting())
-        hs.feed(_recv_exact(sock, RESPONSE_SIZE))
+        hs.feed(_recv_exact(sock, len(MAGIC)))                  # a foreign protocol is refused at once
+        if not hs.done:
+            hs.feed(_recv_exact(sock, RESPONSE_SIZE - len(MAGIC)))
         sock.sendall(hs.reply)
         sock.settimeout(old)
     except OSError as e:

@@ -537,3 +537,30 @@ def test_authentication_cost_per_connection(store, client):
     print(f"\nopening a tcp connection to a datanode (median of {n}): {plain:.0f} us plain, {authed:.0f} us "
           f"with the handshake (+{authed - plain:.0f} us)")
     assert authed < plain + 20_000
+
+
+def test_strangers_cannot_put_or_get_through_a_tcp_region_server():
+    from pytest_hpcnet.reference.transport import connect_pair
+    from pytest_hpcnet.reference.transport.tcp import _OP
+
+    tcp = get_transport("tcp")
+    listener = tcp.listen("127.0.0.1", 0)
+    owner, peer = connect_pair(tcp, listener)
+    try:
+        region = owner.register(bytearray(b"region-bytes-000"))
+        remote = region.remote()
+        host, port = remote.address.rsplit(":", 1)
+        key = remote.key.encode()
+        for op, extra in ((b"G", b""), (b"P", b"X" * 16)):
+            with socket.create_connection((host, int(port)), timeout=5) as s:    # no credentials
+                s.sendall(_OP.pack(op, len(key), 0, 16) + key + extra)
+                reply = until_eof(s)
+            assert reply[:len(auth.MAGIC)] == auth.MAGIC and b"region-bytes" not in reply
+            with socket.create_connection((host, int(port)), timeout=5) as s:    # the wrong secret
+                assert stranger_handshake(s)[:1] == b"\x01"
+        assert bytes(region.view) == b"region-bytes-000"                         # nothing written
+        assert peer.get(remote, 0, 16, timeout=5) == b"region-bytes-000"         # the run's peer is served
+    finally:
+        owner.close()
+        peer.close()
+        listener.close()
