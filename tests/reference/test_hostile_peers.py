@@ -491,8 +491,9 @@ def test_an_authenticated_but_idle_connection_is_closed(store, client):
 def test_a_slowloris_peer_is_dropped(store, client, rpc_server):
     before = tree_digest(*data_dirs(store))
     _, rpc_address = rpc_server
-    for address, dribble, works in ((datanode_address(client), auth.MAGIC + bytes(64), lambda: good_client_works(client)),
-                                    (rpc_address, rpc_wire.PREAMBLE + _context(), lambda: _rpc_works(rpc_address))):
+    for address, dribble, works in (
+            (datanode_address(client), auth.MAGIC + bytes(64), lambda: good_client_works(client)),
+            (rpc_address, rpc_wire.PREAMBLE + _context(), lambda: _rpc_works(rpc_address))):
         s = socket.create_connection(address, timeout=5)
         t0 = time.monotonic()
         closed_after = None

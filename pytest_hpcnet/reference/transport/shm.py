@@ -53,8 +53,8 @@ import weakref
 from typing import Sequence
 
 from ..buffers import Bytes, make_buffers
-from .base import (DEFAULT_TIMEOUT, PeerRefused, RemoteRegion, StreamConnection, TransportClosed, TransportError,
-                   TransportTimeout, deadline_of, remaining)
+from .base import (DEFAULT_TIMEOUT, PeerRefused, RemoteRegion, StreamConnection, TransportClosed,
+                   TransportError, TransportTimeout, deadline_of, remaining)
 
 RING_CAPACITY = 1 << 20     # bytes per direction; larger messages stream through in pieces
 SPIN_SECONDS = 0.0          # maximum adaptive spin before arming the doorbell; HPCNET_SHM_SPIN overrides
