@@ -244,3 +244,17 @@ def test_ssh_kill_signals_the_remote_process_group(tmp_path, fake_ssh):
                 os.killpg(remote_group, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_ssh_hands_secrets_to_the_remote_command_on_stdin_not_argv(tmp_path, fake_ssh, monkeypatch):
+    monkeypatch.setenv("HPCNET_RUN_SECRET", "s3cr3t-run")
+    launcher = SshLauncher(logdir=tmp_path / "logs", ssh=fake_ssh)
+    try:
+        proc = launcher.start(ssh_node(tmp_path), ["sh", "-c", 'echo "$HPCNET_RUN_SECRET|$HPCNET_WORKER_TOKEN|$A"'],
+                              env={"HPCNET_WORKER_TOKEN": "t0ken", "A": "plain"})
+        assert proc.wait(30) == 0, proc.output()[1]
+        assert proc.output()[0].strip() == "s3cr3t-run|t0ken|plain"
+        argv = " ".join(proc.ssh_argv)
+        assert "s3cr3t-run" not in argv and "t0ken" not in argv and "A=plain" in argv
+    finally:
+        launcher.close()

@@ -77,7 +77,7 @@ def run(launcher: Launcher, node: Node, argv: Sequence[str], *, timeout: float =
 class LocalProcess:
     """A subprocess in its own process group, with output captured to files (no pipe can fill up)."""
 
-    def __init__(self, node: Node, argv: Sequence[str], env, cwd, logdir: Path):
+    def __init__(self, node: Node, argv: Sequence[str], env, cwd, logdir: Path, stdin_data: bytes | None = None):
         self.node, self.argv = node, list(map(str, argv))
         fd_out, self._out_path = tempfile.mkstemp(prefix=f"{node.name}-", suffix=".out", dir=logdir)
         fd_err, self._err_path = tempfile.mkstemp(prefix=f"{node.name}-", suffix=".err", dir=logdir)
@@ -85,13 +85,20 @@ class LocalProcess:
         full_env.update(env or {})
         full_env["HPCNET_NODE"] = node.name
         try:
-            self.popen = subprocess.Popen(self.argv, stdout=fd_out, stderr=fd_err, stdin=subprocess.DEVNULL,
+            self.popen = subprocess.Popen(self.argv, stdout=fd_out, stderr=fd_err,
+                                          stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
                                           env=full_env, cwd=cwd or node.workdir, start_new_session=True)
         except OSError as e:
             raise LaunchError(f"cannot start {self.argv[0]!r} on node {node.name}: {e}") from None
         finally:
             os.close(fd_out)
             os.close(fd_err)
+        if stdin_data is not None:     # e.g. secrets for a remote command: never on a command line
+            try:
+                self.popen.stdin.write(stdin_data)
+                self.popen.stdin.close()
+            except OSError:
+                pass                   # it exited already; poll()/output() say why
 
     @property
     def pid(self) -> int:

@@ -17,6 +17,10 @@ class Launchers:
     """Hands each node's commands to the launcher its inventory names; ``close()`` kills everything."""
 
     def __init__(self, cluster: Cluster, logdir: Path):
+        # The run's credentials: made here once (the controller), inherited through the environment by
+        # every process started below, and checked by every service those processes run.
+        from ..reference.auth import ensure_run_secret
+        ensure_run_secret()
         self.cluster = cluster
         self.logdir = Path(logdir)
         self._by_name: dict[str, object] = {}

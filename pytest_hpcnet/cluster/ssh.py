@@ -41,12 +41,35 @@ def ssh_prefix(node: Node, ssh: str = "ssh") -> list[str]:
     return argv
 
 
-def remote_command(node: Node, argv: Sequence[str], env: Mapping[str, str] | None, cwd, pidfile: str) -> str:
-    """One shell line for the remote side: make and enter the work dir, record the group id, exec the program."""
+# Variables that must not appear on a command line (ps shows argv to every user of a machine): the
+# run's secret and the engine's per-launch tokens travel on the ssh client's stdin instead.
+SECRET_ENV = ("HPCNET_RUN_SECRET", "HPCNET_WORKER_TOKEN")
+
+
+def split_secrets(env: Mapping[str, str] | None) -> tuple[dict, dict]:
+    """(ordinary variables, secret ones) of ``env``; the run's secret is always among the secret ones."""
+    public, secret = {}, {}
+    for k, v in (env or {}).items():
+        (secret if k in SECRET_ENV else public)[k] = v
+    if os.environ.get("HPCNET_RUN_SECRET") and "HPCNET_RUN_SECRET" not in secret:
+        secret["HPCNET_RUN_SECRET"] = os.environ["HPCNET_RUN_SECRET"]
+    return public, secret
+
+
+def secrets_stdin(secret: Mapping[str, str]) -> bytes:
+    """What the ssh client writes to the remote command's stdin: ``K=V`` lines and an empty line."""
+    return "".join(f"{k}={v}\n" for k, v in secret.items()).encode() + b"\n"
+
+
+def remote_command(node: Node, argv: Sequence[str], env: Mapping[str, str] | None, cwd, pidfile: str,
+                   read_secrets: bool = False) -> str:
+    """One shell line for the remote side: make and enter the work dir, record the group id, exec the
+    program; with ``read_secrets`` first export ``K=V`` lines read from stdin up to an empty line."""
     workdir = str(cwd) if cwd is not None else str(PurePosixPath(node.workdir))
     assignments = {**(env or {}), "HPCNET_NODE": node.name}
     q = shlex.quote
-    script = (f"mkdir -p -- {q(workdir)} && cd -- {q(workdir)} && ps -o pgid= -p $$ > {q(pidfile)} && "
+    read = 'while IFS= read -r kv && [ -n "$kv" ]; do export "$kv"; done; ' if read_secrets else ""
+    script = (f"{read}mkdir -p -- {q(workdir)} && cd -- {q(workdir)} && ps -o pgid= -p $$ > {q(pidfile)} && "
               f"exec env {' '.join(q(f'{k}={v}') for k, v in assignments.items())} "
               f"{' '.join(q(str(a)) for a in argv)}")
     return f"sh -c {q(script)}"
@@ -61,9 +84,12 @@ class SshProcess:
         # Holds the remote process group id. Absolute, in the work dir, so the kill call finds it
         # whatever directory the command ran in.
         self.pidfile = str(PurePosixPath(node.workdir) / f".hpcnet-{uuid.uuid4().hex}.pid")
-        self.ssh_argv = ssh_prefix(node, ssh) + [remote_command(node, argv, env, cwd, self.pidfile)]
+        public, secret = split_secrets(env)
+        self.ssh_argv = ssh_prefix(node, ssh) + [remote_command(node, argv, public, cwd, self.pidfile,
+                                                                read_secrets=bool(secret))]
         # The node's work dir is a remote path; the local client runs in the log dir.
-        self._client = LocalProcess(node, self.ssh_argv, None, logdir, logdir)
+        self._client = LocalProcess(node, self.ssh_argv, None, logdir, logdir,
+                                    stdin_data=secrets_stdin(secret) if secret else None)
 
     def kill_argv(self) -> list[str]:
         """The ssh call that signals the remote process group (TERM, then KILL) and removes the pid file."""

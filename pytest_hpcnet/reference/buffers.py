@@ -112,13 +112,25 @@ class PooledBuffers:
     name = "pooled"
     read_ahead = True   # transports may post a predicted-size buffer before the size is known
 
-    def __init__(self, preallocate: Sequence[int] = (64, 4096, 65536)):
+    PREALLOCATE = (64, 4096, 65536)
+
+    def __init__(self, preallocate: Sequence[int] | None = PREALLOCATE):
         self.stats = BufferStats()
         self._lock = threading.Lock()
         self._free: dict[int, list[bytearray]] = collections.defaultdict(list)
         self._recent: collections.deque[int] = collections.deque(maxlen=HISTORY)
         self._predicted: int | None = None   # max(self._recent), kept current so the hot path needs no max()
-        for nbytes in preallocate:   # registration happens up front, not on the message path
+        self._warm = False
+        if preallocate is not None:
+            self.warm(preallocate)
+
+    def warm(self, preallocate: Sequence[int] = PREALLOCATE) -> None:
+        """Register the pool's buffers (up front, not on the message path). A server's connection is
+        warmed only once its peer has been admitted: a flood of strangers costs no buffers."""
+        if self._warm:
+            return
+        self._warm = True
+        for nbytes in preallocate:
             cls = size_class(nbytes)
             self._free[cls].append(bytearray(1 << cls))
 
@@ -209,12 +221,14 @@ class PooledBuffers:
 BUFFERS: dict[str, type] = {"pooled": PooledBuffers, "naive": NaiveBuffers}
 
 
-def make_buffers(name: str):
-    """A fresh buffer manager by name (``pooled`` or ``naive``)."""
+def make_buffers(name: str, cold: bool = False):
+    """A fresh buffer manager by name (``pooled`` or ``naive``); ``cold``: no buffers registered until
+    ``warm()`` (an accepted connection whose peer is not admitted yet)."""
     from ..errors import ConfigError
 
     try:
-        return BUFFERS[name]()
+        cls = BUFFERS[name]
+        return cls(preallocate=None) if cold and cls is PooledBuffers else cls()
     except KeyError:
         raise ConfigError(f"unknown buffer design {name!r}; choose one of {sorted(BUFFERS)}",
                           where="buffers") from None

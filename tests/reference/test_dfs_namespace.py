@@ -82,10 +82,10 @@ def test_block_files_store_crcs_resume_truncate_and_detect_a_flip(tmp_path):
     data = bytes(range(256)) * 10                             # 2560 bytes = 5 chunks of 512
     w = bd.open_writer(7, gen=1, bpc=512, offset=0)
     w.write(data[:1024], chunk_crcs(data[:1024]))
-    w.close()
+    w.finish()
     w = bd.open_writer(7, gen=2, bpc=512, offset=512)         # a pipeline restart at 512
     w.write(data[512:], chunk_crcs(data[512:]))
-    w.close()
+    w.finish()
     assert bd.header(7) == (2, 512) and bd.length(7) == len(data)
     got = b"".join(d for _, d, c in bd.read(7, 0, len(data), 1024))
     assert got == data

@@ -9,6 +9,7 @@ import pytest
 
 from pytest_hpcnet.cluster import local_cluster
 from pytest_hpcnet.cluster.pool import Launchers
+from pytest_hpcnet.reference import auth
 from pytest_hpcnet.reference.dfs.errors import ChecksumError, DfsError, DfsWriteError
 from pytest_hpcnet.reference.dfs.store import BlockStore
 from pytest_hpcnet.reference.transport import get_transport
@@ -135,29 +136,42 @@ def test_last_datanode_killed_fails_cleanly_never_short(launchers, cluster, tmp_
             c.open("/k/f")
 
 
+def _until_eof(sock) -> bytes:
+    data = b""
+    while chunk := sock.recv(4096):
+        data += chunk
+    return data
+
+
 def test_garbage_on_a_datanode_connection_is_dropped_and_logged(store, client):
     name, proc = next(iter(store.datanodes.items()))
     address = client.meta("datanodes")["datanodes"][name]
     if store.transport == "tcp":
-        with socket.create_connection(tuple(address), timeout=5) as s:
+        with socket.create_connection(tuple(address), timeout=5) as s:   # a stranger: refused unserved
             s.sendall(b"\xff\xff\xff\xffGET / HTTP/1.1\r\n\r\n")
-            assert s.recv(10) == b""                       # dropped, nothing sent back
-    conn = get_transport(store.transport).connect(tuple(address), timeout=5)
+            assert _until_eof(s).startswith(auth.MAGIC)       # the challenge, then the door shuts
+        conn = auth.connect(get_transport("tcp"), address, timeout=5)   # authenticated garbage
+        conn.send_raw(b"\xff\xff\xff\xffGET / HTTP/1.1\r\n\r\n")
+        with pytest.raises(Exception):
+            conn.recv(timeout=5)
+        conn.close()
+    conn = auth.connect(get_transport(store.transport), address, timeout=5)
     conn.send([struct.pack(">I", 3) + b"{x]"])             # a frame whose header is not JSON
     with pytest.raises(Exception):
         conn.recv(timeout=5)
     conn.close()
     deadline = time.monotonic() + 5
-    while "dropped connection" not in proc.output()[1] and time.monotonic() < deadline:
+    while "header is not JSON" not in proc.output()[1] and time.monotonic() < deadline:
         time.sleep(0.05)
     log = proc.output()[1]
     assert "header is not JSON" in log
     if store.transport == "tcp":
-        assert "exceeds the limit" in log
+        assert "exceeds the limit" in log and "refused" in log
     assert proc.poll() is None
-    meta = socket.create_connection(store.meta_address, timeout=5)   # the metadata service too
-    meta.sendall(struct.pack(">I", 5) + b"\x00\x00\x00\x01!")
-    assert meta.recv(10) == b""
+    meta = auth.connect(get_transport("tcp"), store.meta_address, timeout=5)   # the metadata service too
+    meta.send_raw(struct.pack(">I", 5) + b"\x00\x00\x00\x01!")
+    with pytest.raises(Exception):
+        meta.recv(timeout=5)
     meta.close()
     assert store.meta.poll() is None
     data = os.urandom(20_000)                              # and they keep serving

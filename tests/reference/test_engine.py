@@ -14,6 +14,7 @@ import pytest
 from pytest_hpcnet.cluster import local_cluster
 from pytest_hpcnet.cluster.pool import Launchers
 from pytest_hpcnet.errors import ConfigError
+from pytest_hpcnet.reference import auth
 from pytest_hpcnet.reference.mapreduce import randomwriter as rw, sort as kvsort, sortvalidate, teragen as tg
 from pytest_hpcnet.reference.mapreduce import terasort as ts, teravalidate as tv
 from pytest_hpcnet.reference.mapreduce.engine import jobs
@@ -223,7 +224,7 @@ def test_shuffle_server_answers_garbage_with_an_error_and_keeps_serving(tmp_path
     write_map_output(tmp_path / "job" / "map-00000", [b"abc", b"", b"defg"])
     server = ShuffleServer(transport, "127.0.0.1", {"local": tmp_path})
     try:
-        conn = get_transport(transport).connect(server.address, timeout=5)
+        conn = auth.connect(get_transport(transport), server.address, timeout=5)   # a reducer of this run
         for bad in (b"not json", json.dumps({"root": "local", "path": "../etc/passwd", "reduce": 0}).encode(),
                     json.dumps({"root": "nope", "path": "job/map-00000", "reduce": 0}).encode(),
                     json.dumps({"root": "local", "path": "job/map-00000", "reduce": 7}).encode()):

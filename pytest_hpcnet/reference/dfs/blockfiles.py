@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 from pathlib import Path
@@ -28,7 +29,7 @@ class BlockDir:
     def header(self, block_id: int) -> tuple[int, int]:
         """(generation stamp, bytes per checksum) of a stored block."""
         try:
-            with open(self.meta_path(block_id), "rb") as f:
+            with open_nofollow(self.meta_path(block_id)) as f:
                 magic, gen, bpc = _META.unpack(f.read(_META.size))
         except FileNotFoundError:
             raise NoSuchFile(f"block {block_id} is not stored here") from None
@@ -40,12 +41,38 @@ class BlockDir:
 
     def length(self, block_id: int) -> int:
         try:
-            return self.data_path(block_id).stat().st_size
+            return os.stat(self.data_path(block_id), follow_symlinks=False).st_size
         except FileNotFoundError:
             raise NoSuchFile(f"block {block_id} is not stored here") from None
 
+    # -- replicas being written ----------------------------------------------------------------------
+    def tmp_paths(self, block_id: int) -> tuple[Path, Path]:
+        """Where a replica under construction lives until ``BlockWriter.finish`` renames it into place."""
+        return (self.root / f".blk_{int(block_id)}.tmp", self.root / f".blk_{int(block_id)}.meta.tmp")
+
     def open_writer(self, block_id: int, gen: int, bpc: int, offset: int) -> "BlockWriter":
         return BlockWriter(self, block_id, gen, bpc, offset)
+
+    def remove_tmp(self, block_id: int) -> None:
+        for p in self.tmp_paths(block_id):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+
+    def clean_tmp(self) -> int:
+        """Remove every replica left under construction (a datanode restart: nobody resumes them)."""
+        n = 0
+        for p in self.root.glob(".blk_*.tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+                n += 1
+        return n
+
+    def stored_gen(self, block_id: int) -> int | None:
+        """Generation stamp of the finalized replica, or None if there is none."""
+        try:
+            return self.header(block_id)[0]
+        except NoSuchFile:
+            return None
 
     def read(self, block_id: int, offset: int, length: int, packet: int):
         """Yield (start, data, crcs) covering [offset, offset+length), starts aligned to chunks."""
@@ -57,7 +84,7 @@ class BlockDir:
         start = offset - offset % bpc
         end = offset + length
         packet = max(bpc, packet - packet % bpc)
-        with open(self.data_path(block_id), "rb") as data, open(self.meta_path(block_id), "rb") as meta:
+        with open_nofollow(self.data_path(block_id)) as data, open_nofollow(self.meta_path(block_id)) as meta:
             pos = start
             while pos < end:
                 n = min(packet, end - pos)
@@ -71,20 +98,22 @@ class BlockDir:
                 pos += n
 
     def truncate(self, block_id: int, length: int) -> None:
+        """Cut a finalized replica to ``length`` bytes: the prefix is copied to a new replica that
+        replaces the old one atomically (never cut in place: a reader sees the old or the new)."""
         gen, bpc = self.header(block_id)
         size = self.length(block_id)
-        if length > size:
+        if not 0 <= length <= size:
             raise DfsError(f"block {block_id}: cannot truncate {size} bytes to {length}")
-        full = length // bpc
-        tail = b""
-        if length % bpc:
-            with open(self.data_path(block_id), "rb") as f:
-                tail = chunk_crcs(os.pread(f.fileno(), length % bpc, full * bpc), bpc)
-        os.truncate(self.data_path(block_id), length)
-        with open(self.meta_path(block_id), "r+b") as f:
-            f.truncate(_META.size + 4 * full)
-            f.seek(0, os.SEEK_END)
-            f.write(tail)
+        full = length - length % bpc
+        writer = BlockWriter(self, block_id, gen, bpc, full, replace_gen=gen)
+        try:
+            if length % bpc:
+                with open_nofollow(self.data_path(block_id)) as f:
+                    tail = os.pread(f.fileno(), length % bpc, full)
+                writer.write(tail, chunk_crcs(tail, bpc))
+            writer.finish()
+        finally:
+            writer.abandon()
 
     def delete(self, block_id: int) -> bool:
         found = False
@@ -97,42 +126,123 @@ class BlockDir:
         return found
 
 
+def open_nofollow(path: Path, flags: int = os.O_RDONLY, mode: int = 0o600):
+    """Open a data file without following a symlink planted in its place (``O_NOFOLLOW``)."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    return os.fdopen(fd, "rb" if flags == os.O_RDONLY else "r+b", buffering=0)
+
+
 class BlockWriter:
-    """Appends packets (data + their CRCs) to a block, from ``offset`` on (a recovery restarts there).
+    """Writes a new replica of a block under a temporary name, from ``offset`` on; ``finish()`` renames
+    it into place once complete. Nothing is written before the whole request checks out.
+
+    A new write (offset 0) starts an empty replica. A pipeline recovery or an append (offset > 0, a
+    newer generation stamp) continues the replica under construction, or copies the first ``offset``
+    bytes of the finalized one, so a finalized replica is never changed in place: it is replaced
+    atomically by a newer generation, and an older or equal generation is refused.
 
     Unbuffered: a packet is in the OS when ``write`` returns, so an acknowledgement never covers bytes
     still sitting in a user-space buffer of a pipeline that is being torn down."""
 
-    def __init__(self, bdir: BlockDir, block_id: int, gen: int, bpc: int, offset: int):
-        self.block_id, self.bpc = block_id, bpc
+    MAX_BPC = 64 * 1024
+
+    def __init__(self, bdir: BlockDir, block_id: int, gen: int, bpc: int, offset: int,
+                 replace_gen: int | None = None):
+        if isinstance(block_id, bool) or not isinstance(block_id, int) or block_id < 0:
+            raise DfsError(f"bad block id {block_id!r}")
+        if not 1 <= gen < 1 << 63 or not 1 <= bpc <= self.MAX_BPC or offset < 0:
+            raise DfsError(f"block {block_id}: bad write request (gen {gen}, bytes per checksum {bpc}, "
+                           f"offset {offset})")
         if offset % bpc:
             raise DfsError(f"block {block_id}: pipeline restart at {offset}, not a chunk boundary")
-        dpath, mpath = bdir.data_path(block_id), bdir.meta_path(block_id)
-        if offset == 0:
-            self.data = open(dpath, "wb", buffering=0)
-            self.meta = open(mpath, "wb", buffering=0)
-        else:
-            have = bdir.length(block_id)
-            if have < offset:
-                raise DfsError(f"block {block_id}: has {have} bytes, cannot resume at {offset}")
-            self.data = open(dpath, "r+b", buffering=0)
-            self.meta = open(mpath, "r+b", buffering=0)
+        self.bdir, self.block_id, self.gen, self.bpc = bdir, block_id, gen, bpc
+        self.data = self.meta = None
+        self.finished = False
+        stored = bdir.stored_gen(block_id)
+        if stored is not None and stored >= gen and replace_gen != stored:
+            raise DfsError(f"block {block_id}: a finalized replica of generation {stored} is stored; "
+                           f"refusing generation {gen}")
+        tdata, tmeta = bdir.tmp_paths(block_id)
+        source = None        # where the first ``offset`` bytes come from
+        if replace_gen is not None:              # a truncate: always from the finalized replica
+            source = "final" if offset else None
+        elif offset:
+            source = self._resume_source(offset, stored)
+        if source == "tmp":                       # continue the replica under construction
+            self.data = open_nofollow(tdata, os.O_RDWR)
+            self.meta = open_nofollow(tmeta, os.O_RDWR)
             self.data.truncate(offset)
             self.meta.truncate(_META.size + 4 * (offset // bpc))
-            self.data.seek(offset)
+        else:
+            bdir.remove_tmp(block_id)             # a dead pipeline's leftovers (older generation)
+            new = os.O_RDWR | os.O_CREAT | os.O_EXCL
+            self.data = open_nofollow(tdata, new)
+            self.meta = open_nofollow(tmeta, new)
+            self.meta.write(_META.pack(MAGIC, gen, bpc))
+            if source == "final":                 # copy the prefix of the finalized replica
+                _, old_bpc = bdir.header(block_id)
+                if old_bpc != bpc:
+                    raise DfsError(f"block {block_id}: stored with {old_bpc} bytes per checksum, not {bpc}")
+                with open_nofollow(bdir.data_path(block_id)) as d, open_nofollow(bdir.meta_path(block_id)) as m:
+                    _copy(d.fileno(), self.data.fileno(), 0, offset)
+                    _copy(m.fileno(), self.meta.fileno(), _META.size, 4 * (offset // bpc))
         self.meta.seek(0)
         self.meta.write(_META.pack(MAGIC, gen, bpc))
         self.meta.seek(0, os.SEEK_END)
+        self.data.seek(offset)
         self.length = offset
+
+    def _resume_source(self, offset: int, stored: int | None) -> str:
+        tdata, tmeta = self.bdir.tmp_paths(self.block_id)
+        try:
+            with open_nofollow(tmeta) as m:
+                magic, tgen, tbpc = _META.unpack(m.read(_META.size))
+            have = os.stat(tdata, follow_symlinks=False).st_size
+            if magic == MAGIC and tbpc == self.bpc and tgen < self.gen and have >= offset:
+                return "tmp"
+        except (OSError, struct.error):
+            pass
+        have = self.bdir.length(self.block_id) if stored is not None else 0
+        if stored is None or have < offset:
+            raise DfsError(f"block {self.block_id}: has {have} bytes, cannot resume at {offset}")
+        return "final"
 
     def write(self, data, crcs) -> None:
         self.data.write(data)
         self.meta.write(crcs)
         self.length += len(data)
 
-    def close(self, fsync: bool = False) -> None:
+    def finish(self, fsync: bool = False) -> None:
+        """The replica is complete (every packet was verified as it arrived): rename it into place,
+        the meta file last, so a newer generation replaces an older one as a whole."""
+        tdata, tmeta = self.bdir.tmp_paths(self.block_id)
         for f in (self.data, self.meta):
-            if not f.closed:
-                if fsync:
-                    os.fsync(f.fileno())
+            if fsync:
+                os.fsync(f.fileno())
+            f.close()
+        os.rename(tdata, self.bdir.data_path(self.block_id))
+        os.rename(tmeta, self.bdir.meta_path(self.block_id))
+        self.finished = True
+
+    def close(self) -> None:
+        """Stop writing; an unfinished replica stays under its temporary name (a pipeline recovery
+        may continue it; it is never served)."""
+        for f in (self.data, self.meta):
+            if f is not None and not f.closed:
                 f.close()
+
+    def abandon(self) -> None:
+        """Stop writing and remove an unfinished replica."""
+        self.close()
+        if not self.finished:
+            self.bdir.remove_tmp(self.block_id)
+
+
+def _copy(src: int, dst: int, offset: int, length: int) -> None:
+    done = 0
+    while done < length:
+        chunk = os.pread(src, min(1 << 20, length - done), offset + done)
+        if not chunk:
+            raise DfsError("stored replica is shorter than its length")
+        os.write(dst, chunk)
+        done += len(chunk)

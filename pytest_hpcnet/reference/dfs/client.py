@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+from .. import auth
 from ..transport import TransportError, get_transport
 from .errors import ChecksumError, DfsError, NoSuchFile
 from .pipeline import DfsOutputStream
@@ -42,7 +43,7 @@ class DfsClient:
     def meta(self, op: str, **fields) -> dict:
         if self._meta is None:
             try:
-                self._meta = get_transport("tcp").connect(self.meta_address, timeout=self.timeout)
+                self._meta = auth.connect(get_transport("tcp"), self.meta_address, timeout=self.timeout)
             except TransportError as e:
                 raise DfsError(f"metadata service at {self.meta_address[0]}:{self.meta_address[1]} "
                                f"unreachable: {e}") from None
@@ -117,7 +118,7 @@ class DfsClient:
         key = tuple(loc["address"])
         conn = self._datanodes.get(key)
         if conn is None:
-            conn = self.transport.connect(key, timeout=self.timeout)
+            conn = auth.connect(self.transport, key, timeout=self.timeout)
             self._datanodes[key] = conn
         return conn
 

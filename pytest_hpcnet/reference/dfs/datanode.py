@@ -25,24 +25,55 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from .. import auth
 from ..transport import TransportError, get_transport
-from .blockfiles import BlockDir
+from .blockfiles import BlockDir, BlockWriter
 from .errors import ChecksumError, DfsError, ProtocolError
+from ..serving import DEFAULT_LIMITS
 from .server import log, serve_forever
 from .wire import MAX_MESSAGE, PACKET_SIZE, decode, decode_request, encode, request, verify_chunks
 
 CONNECT_TIMEOUT = 10.0
 PACKET_TIMEOUT = 60.0     # an upstream that goes quiet this long is treated as gone
 BLOCK_LOCK_TIMEOUT = 30.0
+IDLE_TIMEOUT = DEFAULT_LIMITS.idle_timeout   # between requests on a connection
+MAX_PACKET = 16 * 1024 * 1024                # largest read packet a client may ask for
+RECOVERY_WINDOW = 2 * PACKET_TIMEOUT        # how long an unfinished replica waits for a recovery
+MAX_TARGETS = 16                             # downstream datanodes one write request may name
 
 
 class DataNode:
-    def __init__(self, name: str, root: Path, transport: str):
+    def __init__(self, name: str, root: Path, transport: str, meta: tuple[str, int] | None = None):
         self.name = name
         self.blocks = BlockDir(root)
+        left = self.blocks.clean_tmp()
+        if left:
+            log(f"datanode {name}", f"removed {left} replica file(s) a previous run left unfinished")
         self.transport = get_transport(transport)
+        self.meta = meta
+        self._registered: set[tuple[str, int]] = set()
         self._block_locks: dict[int, threading.Lock] = defaultdict(threading.Lock)
         self._locks_guard = threading.Lock()
+        self._unfinished: dict[int, float] = {}    # block -> when its pipeline ended unfinished
+        threading.Thread(target=self._sweep_unfinished, name="unfinished-sweeper", daemon=True).start()
+
+    def _sweep_unfinished(self, every: float = 10.0) -> None:
+        """A replica left under construction by a pipeline that ended early is kept for a recovery
+        (which continues it) for ``RECOVERY_WINDOW`` seconds, then removed: no partial files stay."""
+        while True:
+            time.sleep(every)
+            now = time.monotonic()
+            for block, since in list(self._unfinished.items()):
+                if now - since < RECOVERY_WINDOW:
+                    continue
+                lock = self._lock_for(block)
+                if lock.acquire(blocking=False):
+                    try:
+                        if self._unfinished.get(block) == since:
+                            self.blocks.remove_tmp(block)
+                            del self._unfinished[block]
+                    finally:
+                        lock.release()
 
     def _lock_for(self, block_id: int) -> threading.Lock:
         with self._locks_guard:
@@ -50,7 +81,7 @@ class DataNode:
 
     def handle(self, conn) -> None:
         while True:
-            msg = conn.recv(timeout=3600, max_length=MAX_MESSAGE)
+            msg = conn.recv(timeout=IDLE_TIMEOUT, max_length=MAX_MESSAGE)
             try:
                 header, _ = decode_request(msg.view)
             finally:
@@ -64,72 +95,119 @@ class DataNode:
                 continue
             try:
                 reply = {"status": "ok", **self.simple(op, header)}
-            except (DfsError, KeyError, TypeError, ValueError) as e:
-                reply = {"status": "error", "reason": f"datanode {self.name}: {e}"}
+            except Exception as e:      # every failure is an error reply; the connection stays usable
+                reply = {"status": "error", "reason": f"datanode {self.name}: {type(e).__name__}: {e}"}
             conn.send(encode(reply))
 
     def simple(self, op: str, h: dict) -> dict:
         if op == "ping":
-            return {"name": self.name}
+            return {"name": self.name, "auth_refused": sum(auth.refused.values())}
         if op == "delete_blocks":
-            return {"deleted": sum(self.blocks.delete(int(b)) for b in h["blocks"])}
+            ids = [_block_id(b) for b in h["blocks"]]
+            deleted = 0
+            for b in ids:
+                with self._lock_for(b):
+                    deleted += self.blocks.delete(b)
+            return {"deleted": deleted}
         if op == "truncate_block":
-            with self._lock_for(int(h["block"])):
-                self.blocks.truncate(int(h["block"]), int(h["length"]))
+            block, length = _block_id(h["block"]), _nonneg(h["length"], "length")
+            with self._lock_for(block):
+                self.blocks.truncate(block, length)
             return {}
         if op == "block_info":
-            gen, bpc = self.blocks.header(int(h["block"]))
-            return {"length": self.blocks.length(int(h["block"])), "gen": gen, "bpc": bpc}
+            gen, bpc = self.blocks.header(_block_id(h["block"]))
+            return {"length": self.blocks.length(_block_id(h["block"])), "gen": gen, "bpc": bpc}
         raise DfsError(f"unknown op {op!r}")
 
     # -- reads -------------------------------------------------------------------------------------
     def read_block(self, conn, h: dict) -> None:
         try:
-            _, bpc = self.blocks.header(int(h["block"]))
-            for start, data, crcs in self.blocks.read(int(h["block"]), int(h["offset"]), int(h["length"]),
-                                                      int(h.get("packet", PACKET_SIZE))):
+            block = _block_id(h["block"])
+            offset, length = _nonneg(h["offset"], "offset"), _nonneg(h["length"], "length")
+            packet = min(MAX_PACKET, max(1, _nonneg(h.get("packet", PACKET_SIZE), "packet")))
+            _, bpc = self.blocks.header(block)
+            for start, data, crcs in self.blocks.read(block, offset, length, packet):
                 conn.send(encode({"op": "data", "start": start, "len": len(data), "bpc": bpc}, crcs, data))
-        except (DfsError, OSError) as e:
-            conn.send(encode({"op": "error", "reason": f"datanode {self.name}: {e}"}))
+        except TransportError:
+            raise
+        except Exception as e:
+            conn.send(encode({"op": "error", "reason": f"datanode {self.name}: {type(e).__name__}: {e}"}))
             return
         conn.send(encode({"op": "end"}))
 
     # -- the write pipeline ------------------------------------------------------------------------
+    def _check_write(self, h: dict) -> tuple:
+        """The whole request, checked before anything touches disk or the network."""
+        block, index = _block_id(h["block"]), _nonneg(h.get("index", 0), "index")
+        gen, bpc, offset = _nonneg(h["gen"], "gen"), _nonneg(h["bpc"], "bpc"), _nonneg(h.get("offset", 0), "offset")
+        if not 1 <= bpc <= BlockWriter.MAX_BPC or offset % bpc or gen < 1:
+            raise DfsError(f"bad write request for block {block}: gen {gen}, bytes per checksum {bpc}, "
+                           f"offset {offset}")
+        targets = h.get("targets") or []
+        if not isinstance(targets, list) or len(targets) > MAX_TARGETS:
+            raise DfsError(f"targets must be a list of at most {MAX_TARGETS} [host, port] pairs")
+        targets = [_address(t) for t in targets]
+        unknown = [t for t in targets if t not in self._registered_datanodes(refresh=False)]
+        if unknown and [t for t in targets if t not in self._registered_datanodes(refresh=True)]:
+            raise DfsError(f"refusing to forward to {unknown[0][0]}:{unknown[0][1]}: not a datanode the "
+                           f"metadata service registered")
+        return block, index, gen, bpc, offset, targets
+
+    def _registered_datanodes(self, refresh: bool) -> set:
+        if refresh and self.meta is not None:
+            try:
+                conn = auth.connect(get_transport("tcp"), self.meta, timeout=CONNECT_TIMEOUT)
+                try:
+                    reply = request(conn, {"op": "datanodes"}, timeout=CONNECT_TIMEOUT)
+                finally:
+                    conn.close()
+                self._registered = {_address(a) for a in reply.get("datanodes", {}).values()}
+            except (TransportError, DfsError, ValueError, TypeError, AttributeError) as e:
+                log(f"datanode {self.name}", f"cannot ask the metadata service for datanodes: {e}")
+        return self._registered
+
     def write_block(self, up, h: dict) -> None:
-        block, index = int(h["block"]), int(h.get("index", 0))
+        index = h.get("index", 0) if isinstance(h.get("index", 0), int) else 0
+        try:
+            block, index, gen, bpc, offset, targets = self._check_write(h)
+        except (DfsError, KeyError, TypeError, ValueError) as e:
+            up.send(encode(_error(index, f"datanode {self.name}: {type(e).__name__}: {e}")))
+            return
         lock = self._lock_for(block)
         if not lock.acquire(timeout=BLOCK_LOCK_TIMEOUT):   # an earlier pipeline of this block still ends
             up.send(encode(_error(index, f"datanode {self.name}: block {block} is busy")))
             return
-        down = None
+        down = writer = None
         try:
-            if int(h.get("offset", 0)) or int(h["gen"]) > 1:
+            if offset or gen > 1:
                 log(f"datanode {self.name}", f"pipeline recovery: block {block} resumes at byte "
-                                             f"{h.get('offset', 0)}, generation {h['gen']}")
+                                             f"{offset}, generation {gen}")
+            if targets:            # the pipeline first: a failure there leaves no file behind
+                try:
+                    down = auth.connect(self.transport, targets[0], timeout=CONNECT_TIMEOUT)
+                    reply = request(down, {**h, "targets": [list(t) for t in targets[1:]], "index": index + 1},
+                                    timeout=CONNECT_TIMEOUT)
+                except (TransportError, DfsError) as e:
+                    up.send(encode(_error(index + 1, f"datanode {self.name} cannot reach the next "
+                                                     f"datanode {targets[0]}: {e}")))
+                    return
+                if reply.get("status") != "ok":
+                    up.send(encode(reply))
+                    return
             try:
-                writer = self.blocks.open_writer(block, int(h["gen"]), int(h["bpc"]), int(h.get("offset", 0)))
-            except (DfsError, OSError) as e:
-                up.send(encode(_error(index, f"datanode {self.name}: {e}")))
+                writer = self.blocks.open_writer(block, gen, bpc, offset)
+            except Exception as e:
+                up.send(encode(_error(index, f"datanode {self.name}: {type(e).__name__}: {e}")))
                 return
-            try:
-                targets = h.get("targets") or []
-                if targets:
-                    try:
-                        down = self.transport.connect(tuple(targets[0]), timeout=CONNECT_TIMEOUT)
-                        reply = request(down, {**h, "targets": targets[1:], "index": index + 1},
-                                        timeout=CONNECT_TIMEOUT)
-                    except TransportError as e:
-                        up.send(encode(_error(index + 1, f"datanode {self.name} cannot reach the next "
-                                                         f"datanode {targets[0]}: {e}")))
-                        return
-                    if reply.get("status") != "ok":
-                        up.send(encode(reply))
-                        return
-                up.send(encode({"op": "ack", "seq": -1, "status": "ok"}))
-                self._stream(up, down, writer, index, block)
-            finally:
-                writer.close()
+            up.send(encode({"op": "ack", "seq": -1, "status": "ok"}))
+            self._stream(up, down, writer, index, block)
         finally:
+            if writer is not None:
+                writer.close()     # unfinished: stays under its temporary name for a recovery
+                if writer.finished:
+                    self._unfinished.pop(block, None)
+                else:
+                    self._unfinished[block] = time.monotonic()
             if down is not None:
                 down.close()
             lock.release()
@@ -159,19 +237,20 @@ class DataNode:
                                       f"datanode {self.name} block {block}", writer.length)
                     except ChecksumError as e:
                         acks.put(("error", index, str(e)))
+                        writer.abandon()
                         return
                     writer.write(payload[ncrc:], payload[:ncrc])
                 finally:
                     msg.release()
                 if last:
-                    writer.close()          # on disk (page cache) before the last ack leaves
+                    writer.finish()         # renamed into place (page cache) before the last ack leaves
                 acks.put(("ok", seq, last))
                 if last:
                     break
-        except (TransportError, ProtocolError, KeyError, ValueError) as e:
+        except Exception as e:
             acks.put(("stop", None, str(e)))
             if not isinstance(e, TransportError):
-                log(f"datanode {self.name}", f"pipeline for block {block} dropped: {e}")
+                log(f"datanode {self.name}", f"pipeline for block {block} dropped: {type(e).__name__}: {e}")
         finally:
             responder.join(PACKET_TIMEOUT)
 
@@ -212,6 +291,23 @@ class DataNode:
                 down.close()
 
 
+def _nonneg(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 63:
+        raise DfsError(f"{what} must be a non-negative integer, got {str(value)[:40]!r}")
+    return value
+
+
+def _block_id(value) -> int:
+    return _nonneg(value, "block id")
+
+
+def _address(value) -> tuple[str, int]:
+    if (not isinstance(value, (list, tuple)) or len(value) != 2 or not isinstance(value[0], str)
+            or isinstance(value[1], bool) or not isinstance(value[1], int) or not 0 < value[1] < 65536):
+        raise DfsError(f"bad datanode address {str(value)[:60]!r}")
+    return value[0], value[1]
+
+
 def _error(bad: int, reason: str) -> dict:
     return {"op": "ack", "seq": -1, "status": "error", "bad": bad, "reason": reason}
 
@@ -220,7 +316,7 @@ def register(meta: tuple[str, int], name: str, address, attempts: int = 50) -> N
     tcp = get_transport("tcp")
     for i in range(attempts):
         try:
-            conn = tcp.connect(meta, timeout=CONNECT_TIMEOUT)
+            conn = auth.connect(tcp, meta, timeout=CONNECT_TIMEOUT)
             try:
                 reply = request(conn, {"op": "register", "name": name, "address": list(address)})
             finally:
@@ -244,7 +340,7 @@ def main(argv=None) -> int:
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)
     host, _, port = args.meta.rpartition(":")
-    node = DataNode(args.name, args.dir, args.transport)
+    node = DataNode(args.name, args.dir, args.transport, meta=(host, int(port)))
     listener = node.transport.listen(args.host, args.port)
     register((host, int(port)), args.name, listener.address)
     print(f"listening {listener.address[0]} {listener.address[1]}", flush=True)

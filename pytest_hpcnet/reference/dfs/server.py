@@ -1,40 +1,35 @@
-"""The accept loop the metadata service and the datanodes share: a thread per connection, and a
-connection that sends garbage is dropped with a logged reason while the server keeps serving."""
+"""The accept loop the metadata service and the datanodes share (``serving.Server``: run credentials
+checked before anything is served, bounded connections, idle timeouts), and a connection that sends
+garbage is dropped with a logged reason while the server keeps serving."""
 
 from __future__ import annotations
 
-import sys
-import threading
-import time
-
+from ..serving import DEFAULT_LIMITS, Limits, Server, log
 from ..transport import FrameTooLarge, TransportClosed, TransportError, TransportTimeout
 from .errors import DfsError, ProtocolError
 from .wire import MAX_MESSAGE, decode_request, encode
 
 
-def log(who: str, message: str) -> None:
-    print(f"{time.strftime('%H:%M:%S')} {who}: {message}", file=sys.stderr, flush=True)
+# Messages up to this size (a default 64 KiB packet and its checksums) get their buffer at once;
+# a larger announced length gets a buffer that grows as the bytes arrive.
+EAGER_LIMIT = 1 << 20
 
 
-def serve_forever(listener, handle_connection, who: str) -> None:
-    """Accept until the listener closes; ``handle_connection(conn)`` runs in its own thread."""
-    while True:
-        try:
-            conn = listener.accept(timeout=3600)
-        except TransportTimeout:
-            continue
-        except TransportError as e:
-            log(who, f"listener stopped: {e}")
-            return
-        threading.Thread(target=_guard, args=(handle_connection, conn, who), daemon=True).start()
+def serve_forever(listener, handle_connection, who: str, limits: Limits = DEFAULT_LIMITS) -> None:
+    """Accept until the listener closes; ``handle_connection(conn)`` runs in its own thread once the
+    peer has proved the run's credentials."""
+    Server(listener, handle_connection, who, limits, guard=_guard).serve_forever()
 
 
 def _guard(handle_connection, conn, who: str) -> None:
     peer = getattr(conn, "peer", "?")
+    conn.eager_limit = EAGER_LIMIT
     try:
         handle_connection(conn)
     except TransportClosed:
         return                                 # the peer went away: normal end of a connection
+    except TransportTimeout:
+        log(who, f"closed idle connection from {peer}")
     except FrameTooLarge as e:
         log(who, f"dropped connection from {peer}: {e} (garbage or a foreign protocol)")
     except ProtocolError as e:
@@ -47,10 +42,10 @@ def _guard(handle_connection, conn, who: str) -> None:
         conn.close()
 
 
-def request_loop(conn, dispatch) -> None:
+def request_loop(conn, dispatch, idle_timeout: float = DEFAULT_LIMITS.idle_timeout) -> None:
     """Serve request/reply messages: ``dispatch(header, payload) -> reply header`` (DfsError -> error reply)."""
     while True:
-        msg = conn.recv(timeout=3600, max_length=MAX_MESSAGE)
+        msg = conn.recv(timeout=idle_timeout, max_length=MAX_MESSAGE)
         try:
             header, payload = decode_request(msg.view)
             try:

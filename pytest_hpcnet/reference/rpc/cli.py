@@ -29,6 +29,12 @@ def add_commands(subparsers) -> None:
                             "readers run the cheap built-ins (echo, ping) themselves; direct: readers run all")
     serve.add_argument("--max-data-length", type=int, default=None,
                        help="ipc.maximum.data.length in bytes (default 128 MiB)")
+    serve.add_argument("--max-connections", type=int, default=None,
+                       help="connections served at once (default 1024)")
+    serve.add_argument("--handshake-timeout", type=float, default=10.0,
+                       help="seconds a connection has to send its preamble and context (default 10)")
+    serve.add_argument("--idle-timeout", type=float, default=None,
+                       help="seconds a connection may stay without a call (default 20, as Hadoop)")
     serve.set_defaults(func=serve_command)
 
     ping = sub.add_parser("ping", help="call echo COUNT times and print round-trip latency statistics")
@@ -56,7 +62,7 @@ def parse_address(text: str, where: str = "HOST:PORT") -> tuple[str, int]:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    from .server import RpcServer
+    from .server import IDLE_TIMEOUT, MAX_CONNECTIONS, RpcServer
     from .wire import MAX_DATA_LENGTH
 
     stop = threading.Event()
@@ -65,7 +71,10 @@ def serve_command(args: argparse.Namespace) -> int:
     try:
         server = RpcServer(transport=args.transport, host=args.host, port=args.port,
                            buffers=args.buffers, handlers=args.handlers, dispatch=args.dispatch,
-                           max_data_length=args.max_data_length or MAX_DATA_LENGTH).start()
+                           max_data_length=args.max_data_length or MAX_DATA_LENGTH,
+                           max_connections=args.max_connections or MAX_CONNECTIONS,
+                           handshake_timeout=args.handshake_timeout,
+                           idle_timeout=args.idle_timeout or IDLE_TIMEOUT).start()
     except TransportError as e:
         raise ConfigError(str(e), where="--host/--port") from None
     host, port = server.address

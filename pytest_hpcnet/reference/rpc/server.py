@@ -34,12 +34,14 @@ import collections
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable
 
 from google.protobuf.message import DecodeError
 
 from ..transport import FrameTooLarge, TransportClosed, TransportError, TransportTimeout, get_transport
+from ..serving import Limits, Server
 from . import wire
 
 log = logging.getLogger("pytest_hpcnet.rpc.server")
@@ -53,6 +55,13 @@ class Method:
     inline: bool = False   # cheap and non-blocking: a reader may run it itself (dispatch="auto")
 
 DISPATCH_MODES = ("auto", "pool", "direct")
+# Resource limits. The server speaks Hadoop's "simple" authentication (none), so anyone who reaches it
+# is served; these bound what one peer, or a thousand, can make it hold.
+MAX_CONNECTIONS = 1024          # reader threads (connections past their connection context)
+MAX_PENDING = 4096              # connections still sending their preamble and context (no thread)
+IDLE_TIMEOUT = 20.0             # Hadoop: a connection idle for 2 x ipc.client.connection.maxidletime
+MAX_CONTEXT_LENGTH = 64 * 1024  # the connection context is a few dozen bytes
+EAGER_LIMIT = 64 * 1024         # larger messages: the buffer grows as their bytes arrive
 MAX_KNOWN_METHODS = 32
 _PLAIN_PREFIX = wire.request_header_prefix()
 
@@ -119,11 +128,59 @@ class _ServerConnection:
         finally:
             self.write_lock.release()
 
+    def conn_busy(self) -> bool:
+        """A response is being written (a slow call's answer is not idleness)."""
+        return self.write_lock.locked()
+
     def close(self, reason: str) -> None:
         if self.open:
             self.open = False
             self.server._closed(self, reason)
         self.conn.close()
+
+
+class _HadoopGate:
+    """Stage 1 for the RPC server (``serving.Server``): wait, without a thread, until a connection has
+    sent its 7-byte preamble and its whole connection context (at most ``MAX_CONTEXT_LENGTH``), or
+    something that cannot be one; then hand every byte back to the connection and start its reader,
+    which judges them exactly as before. No credentials: Hadoop's ``simple`` mode."""
+
+    def __init__(self, server: "RpcServer", timeout: float):
+        self.server, self.timeout = server, timeout
+
+    def start(self):
+        return _Preamble()
+
+    def blocking(self, conn, timeout: float) -> bool:   # shm, verbs: the reader's own timeouts apply
+        return True
+
+    def refuse(self, conn, reason: str) -> None:
+        with self.server._lock:
+            self.server.closed_reasons[("handshake timeout" if "within" in reason else reason).split(":")[0]] += 1
+        log.info("closed connection %s before its context: %s", getattr(conn, "peer", "?"), reason)
+
+
+class _Preamble:
+    ok = True
+    reply = b""
+    rest = b""
+    reason = ""
+
+    def __init__(self):
+        self.pushback = b""
+        self.done = False
+
+    def greeting(self) -> bytes:
+        return b""
+
+    def feed(self, data: bytes) -> None:
+        self.pushback += data
+        buf, n = self.pushback, len(wire.PREAMBLE)
+        if buf[:4] != wire.PREAMBLE_MAGIC[:len(buf)] or len(buf) >= n and buf[4:n] != wire.PREAMBLE[4:]:
+            self.done = True                      # not ours: the reader says why and closes
+        elif len(buf) >= n + 4:
+            length = int.from_bytes(buf[n:n + 4], "big")
+            self.done = length > MAX_CONTEXT_LENGTH or len(buf) >= n + 4 + length
 
 
 class RpcServer:
@@ -132,7 +189,9 @@ class RpcServer:
     def __init__(self, transport: str = "tcp", host: str = "127.0.0.1", port: int = 0,
                  buffers: str = "pooled", handlers: int = 4, max_data_length: int = wire.MAX_DATA_LENGTH,
                  protocol: str = wire.ECHO_PROTOCOL, handshake_timeout: float = 10.0,
-                 write_timeout: float = 30.0, queue_size_per_handler: int = 100, dispatch: str = "auto"):
+                 write_timeout: float = 30.0, queue_size_per_handler: int = 100, dispatch: str = "auto",
+                 max_connections: int = MAX_CONNECTIONS, idle_timeout: float = IDLE_TIMEOUT,
+                 eager_limit: int = EAGER_LIMIT):
         from ...errors import ConfigError
         if handlers < 1:
             raise ConfigError(f"need at least one handler, got {handlers}", where="handlers")
@@ -146,6 +205,11 @@ class RpcServer:
         self.address = tuple(self._listener.address)
         self.max_data_length, self.protocol = max_data_length, protocol
         self.handshake_timeout, self.write_timeout = handshake_timeout, write_timeout
+        self.idle_timeout, self.eager_limit = idle_timeout, eager_limit
+        self._limits = Limits(max_connections=max_connections, max_pending=MAX_PENDING,
+                              handshake_timeout=handshake_timeout, idle_timeout=idle_timeout)
+        self._server = Server(self._listener, self._read_connection, "rpc server", self._limits,
+                              gate=_HadoopGate(self, handshake_timeout))
         self.methods: dict[str, Method] = {
             "echo": Method(wire.EchoRequestProto, lambda r: wire.EchoResponseProto(payload=r.payload),
                            inline=True),
@@ -168,7 +232,7 @@ class RpcServer:
         self.methods[name] = Method(request_type, handler, inline)
 
     def start(self) -> "RpcServer":
-        self._spawn(self._listen, "listener")
+        self._spawn(self._server.serve_forever, "listener")
         for i in range(self._n_handlers):
             self._spawn(self._handle, f"handler-{i}")
         self._spawn(self._respond, "responder")
@@ -183,7 +247,7 @@ class RpcServer:
 
     def stop(self) -> None:
         self._stopping.set()
-        self._listener.close()
+        self._server.stop()
         with self._lock:
             conns = list(self._conns)
         for c in conns:
@@ -213,22 +277,14 @@ class RpcServer:
         log.info("closed connection %s: %s", getattr(sc.conn, "peer", "?"), reason)
 
     # -- listener and readers ------------------------------------------------------------------
-    def _listen(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                conn = self._listener.accept(timeout=0.2)
-            except TransportTimeout:
-                continue
-            except TransportError as e:
-                if not self._stopping.is_set():
-                    log.warning("accept failed: %s", e)
-                    continue
-                return
-            sc = _ServerConnection(self, conn)
-            with self._lock:
-                self._conns.add(sc)
-                self.counters["connections"] += 1
-            self._spawn(self._read, "reader", (sc,), keep=False)
+    def _read_connection(self, conn) -> None:
+        """A connection whose preamble and context have arrived (``_HadoopGate``): its reader."""
+        conn.eager_limit = self.eager_limit
+        sc = _ServerConnection(self, conn)
+        with self._lock:
+            self._conns.add(sc)
+            self.counters["connections"] += 1
+        self._read(sc)
 
     def _fatal(self, sc: _ServerConnection, f: _Fatal) -> None:
         self._count("fatals")
@@ -241,11 +297,15 @@ class RpcServer:
     def _read(self, sc: _ServerConnection) -> None:
         try:
             self._handshake(sc)
+            idle_until = time.monotonic() + self.idle_timeout
             while not self._stopping.is_set() and sc.open:
                 try:
                     packet = sc.conn.recv(timeout=0.5, max_length=self.max_data_length)
                 except TransportTimeout:
+                    if time.monotonic() > idle_until and not sc.conn_busy():
+                        sc.close(f"idle: no call for {self.idle_timeout:g}s")
                     continue
+                idle_until = time.monotonic() + self.idle_timeout
                 try:
                     self._dispatch(sc, packet.view)
                 finally:
@@ -254,7 +314,9 @@ class RpcServer:
             self._fatal(sc, f)
         except FrameTooLarge as e:
             self._fatal(sc, _Fatal(E.FATAL_INVALID_RPC_HEADER,
-                                   f"RPC data length {e.length} exceeds ipc.maximum.data.length {e.limit}"))
+                                   f"RPC data length {e.length} exceeds ipc.maximum.data.length {e.limit}"
+                                   if sc.request_suffix is not None else
+                                   f"connection context of {e.length} bytes exceeds {e.limit}"))
         except TransportTimeout:
             sc.close("handshake timeout: no preamble/context in time")
         except TransportClosed as e:
@@ -273,7 +335,8 @@ class RpcServer:
                          f"IPC version {preamble[4]} not supported, server speaks {wire.IPC_VERSION}")
         if preamble[6] != wire.AUTH_NONE:
             raise _Fatal(E.FATAL_UNAUTHORIZED, f"auth protocol {preamble[6]} not supported (only none)")
-        packet = sc.conn.recv(timeout=self.handshake_timeout, max_length=self.max_data_length)
+        packet = sc.conn.recv(timeout=self.handshake_timeout,
+                              max_length=min(self.max_data_length, MAX_CONTEXT_LENGTH))
         try:
             view = packet.view
             header_bytes, pos = self._delimited(view, 0)

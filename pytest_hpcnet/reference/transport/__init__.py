@@ -7,8 +7,8 @@ See ``base`` for the interface. ``TRANSPORTS`` maps a name to a zero-argument fa
 from __future__ import annotations
 
 from ...errors import ConfigError
-from .base import (DEFAULT_TIMEOUT, Connection, FrameTooLarge, Listener, Region, RemoteRegion,  # noqa: F401
-                   Transport, TransportClosed, TransportError, TransportTimeout, connect_pair)
+from .base import (DEFAULT_TIMEOUT, Connection, FrameTooLarge, Listener, PeerRefused, Region,  # noqa: F401
+                   RemoteRegion, Transport, TransportClosed, TransportError, TransportTimeout, connect_pair)
 from .shm import ShmTransport
 from .tcp import TcpTransport
 from . import verbs as _verbs

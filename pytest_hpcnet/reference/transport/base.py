@@ -43,6 +43,11 @@ class TransportClosed(TransportError, ConnectionError):
     """The peer went away or the connection was closed."""
 
 
+class PeerRefused(TransportClosed):
+    """This one peer was refused (wrong credentials, another user, a failed handshake); the listener
+    is fine and keeps accepting others."""
+
+
 class TransportTimeout(TransportError, TimeoutError):
     """A blocking call did not complete within its timeout."""
 
@@ -122,7 +127,10 @@ def connect_pair(transport: "Transport", listener: "Listener", timeout: float = 
 
     def accept():
         try:
-            accepted["conn"] = listener.accept(timeout=timeout)
+            accepted["conn"] = conn = listener.accept(timeout=timeout)
+            warm = getattr(conn.buffers, "warm", None)   # a listener hands out cold pools
+            if warm is not None:
+                warm()
         except BaseException as e:   # handed to the caller below
             accepted["error"] = e
     thread = threading.Thread(target=accept, name="connect-pair-accept", daemon=True)
@@ -170,6 +178,11 @@ class StreamConnection(ABC):
         self._ahead_n = 0
         self._carry = b""          # bytes read past the previous message (only when the peer pipelines)
         self._closed = False
+        # Messages longer than this are received into a buffer that grows as their bytes arrive,
+        # not one allocated at the announced size (None: always the announced size). Servers that
+        # serve strangers set it; see ``_recv_growing``.
+        self.eager_limit: int | None = None
+        self._growing: int | None = None
 
     # -- implemented by subclasses -------------------------------------------------------------
     @abstractmethod
@@ -196,21 +209,59 @@ class StreamConnection(ABC):
 
     def recv(self, timeout: float | None = None, max_length: int | None = None) -> Received:
         deadline = deadline_of(timeout, self.default_timeout)
+        if self._growing is not None:          # a large message a timeout interrupted
+            return self._recv_growing(self._growing, deadline, self._fill)
         if getattr(self.buffers, "read_ahead", False):
             return self._recv_ahead(deadline, max_length)
+        fill = self._fill if self._carry else self._recv_into
         while self._hdr_n < 4:
-            self._hdr_n += self._recv_into(self._hdr_view[self._hdr_n:], deadline)
+            self._hdr_n += fill(self._hdr_view[self._hdr_n:], deadline)
         (length,) = LENGTH.unpack(self._hdr)
         if max_length is not None and length > max_length:
             raise FrameTooLarge(length, max_length)
+        if self.eager_limit is not None and length > self.eager_limit:
+            return self._recv_growing(length, deadline, fill)
         if self._body is None:
             self._body = self.buffers.acquire(length)
             self._body_n = 0
         view, release = self._body
         while self._body_n < length:
-            self._body_n += self._recv_into(view[self._body_n:], deadline)
+            self._body_n += fill(view[self._body_n:], deadline)
         self._hdr_n, self._body = 0, None
         return self.buffers.finish(view, release)
+
+    def _recv_growing(self, length: int, deadline: float, fill) -> Received:
+        """A message longer than ``eager_limit``: its buffer grows (doubling) as its bytes arrive, so a
+        peer that announces a large length and sends nothing costs nothing. About one extra copy."""
+        if self._body is None:
+            self._body = (bytearray(min(length, max(self.eager_limit, 4096))), None)
+            self._body_n = 0
+            self._growing = length
+        buf = self._body[0]
+        while self._body_n < length:
+            if self._body_n == len(buf):
+                bigger = bytearray(min(length, 2 * len(buf)))
+                bigger[:self._body_n] = buf
+                if hasattr(self.buffers, "count_copy"):
+                    self.buffers.count_copy(self._body_n)
+                buf = bigger
+                self._body = (buf, None)
+            self._body_n += fill(memoryview(buf)[self._body_n:], deadline)
+        self._hdr_n, self._body, self._growing = 0, None, None
+        return self.buffers.finish(memoryview(buf), None)
+
+    def _fill(self, view: memoryview, deadline: float) -> int:
+        """Read into ``view``: bytes handed back with ``unread`` first, then the transport."""
+        if self._carry:
+            n = min(len(view), len(self._carry))
+            view[:n], self._carry = self._carry[:n], self._carry[n:]
+            return n
+        return self._recv_into(view, deadline)
+
+    def unread(self, data: bytes) -> None:
+        """Give bytes already taken off the stream back: the next receives return them first (a server
+        that looked at a connection's first bytes before deciding to serve it)."""
+        self._carry = bytes(data) + self._carry
 
     def _recv_ahead(self, deadline: float, max_length: int | None) -> Received:
         """Receive into a buffer posted before the size is known, sized by what recent messages
@@ -231,6 +282,14 @@ class StreamConnection(ABC):
         if max_length is not None and length > max_length:
             raise FrameTooLarge(length, max_length)
         total = 4 + length
+        if self.eager_limit is not None and length > self.eager_limit and total > len(view):
+            # hand what was read ahead back to the stream and grow the buffer as bytes arrive
+            self._carry = bytes(view[4:self._ahead_n]) + self._carry
+            self._hdr[:] = view[:4]
+            self._hdr_n = 4
+            release()
+            self._ahead = None
+            return self._recv_growing(length, deadline, self._fill)
         if total > len(view):   # the prediction was too small: move to a buffer that fits
             bigger, bigger_release = buffers.acquire_predicted(total)
             buffers.count_copy(self._ahead_n)

@@ -47,13 +47,14 @@ import re
 import secrets
 import select
 import socket
+import struct
 import time
 import weakref
 from typing import Sequence
 
 from ..buffers import Bytes, make_buffers
-from .base import (DEFAULT_TIMEOUT, RemoteRegion, StreamConnection, TransportClosed, TransportError,
-                   TransportTimeout, deadline_of, remaining)
+from .base import (DEFAULT_TIMEOUT, PeerRefused, RemoteRegion, StreamConnection, TransportClosed,
+                   TransportError, TransportTimeout, deadline_of, remaining)
 
 RING_CAPACITY = 1 << 20     # bytes per direction; larger messages stream through in pieces
 SPIN_SECONDS = 0.0          # maximum adaptive spin before arming the doorbell; HPCNET_SHM_SPIN overrides
@@ -429,6 +430,15 @@ def _new_mapping(capacity: int) -> tuple[int, mmap.mmap]:
     return fd, mmap.mmap(fd, size)
 
 
+_UCRED = struct.Struct("3i")   # struct ucred: pid, uid, gid
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of a unix socket (SO_PEERCRED, set by the kernel)."""
+    _, uid, _ = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+    return uid
+
+
 class ShmListener:
     def __init__(self, host: str, port: int, buffers: str, default_timeout: float, capacity: int):
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -455,6 +465,10 @@ class ShmListener:
             raise TransportTimeout("no connection within the timeout") from None
         except OSError as e:
             raise TransportClosed(f"listener on shm {self.address} closed: {e}") from None
+        uid = peer_uid(conn)
+        if uid != os.geteuid():   # an abstract socket has no file permissions: check who connected
+            conn.close()
+            raise PeerRefused(f"shm peer runs as uid {uid}, not this run's uid {os.geteuid()}")
         memfd, mm = _new_mapping(self._capacity)
         fds = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for _ in range(4)]
         try:
@@ -499,6 +513,9 @@ class ShmTransport:
         try:
             sock.settimeout(remaining(deadline))
             sock.connect(socket_name(*address))
+            if peer_uid(sock) != os.geteuid():
+                raise PeerRefused(f"shm server {address[0]}:{address[1]} runs as uid {peer_uid(sock)}, "
+                                  f"not ours ({os.geteuid()})")
             msg, fds, _, _ = socket.recv_fds(sock, 4096, 5)
             if len(fds) != 5:
                 for fd in fds:

@@ -134,6 +134,8 @@ class TcpConnection(StreamConnection):
             except OSError as e:
                 raise TransportClosed(f"region server {remote.address} unreachable: {e}") from None
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            from .. import auth   # here, not at import: auth itself imports the transports
+            auth.client_handshake_socket(sock, remaining(deadline))
             self._side[key] = sock
         sock.settimeout(remaining(deadline))
         return sock
@@ -183,6 +185,15 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
+def _recv_exact_into(sock: socket.socket, view: memoryview) -> None:
+    got = 0
+    while got < len(view):
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            raise TransportClosed("peer closed the connection")
+        got += k
+
+
 class TcpRegion:
     def __init__(self, buffer: Bytes | int, host: str):
         self.view = memoryview(bytearray(buffer) if isinstance(buffer, int) else buffer).cast("B")
@@ -202,38 +213,58 @@ class TcpRegion:
 
 
 class _RegionServer:
-    """Serves put/get on this process's registered regions, one thread per peer connection."""
+    """Serves put/get on this process's registered regions to peers holding the run's credentials,
+    one thread per peer connection (at most ``MAX_PEERS``; idle ones close after ``IDLE_TIMEOUT``).
+    A put lands straight in the region, so nothing is allocated at a size the peer chose, and a
+    request outside a region is refused and the connection closed without reading its data."""
+
+    MAX_PEERS = 256
+    IDLE_TIMEOUT = 60.0
 
     def __init__(self, host: str):
         self.regions: dict[str, memoryview] = {}
-        self._sock = socket.create_server((host, 0))
+        self._sock = socket.create_server((host, 0), backlog=1024)
         self.address = self._sock.getsockname()[:2]
+        self._peers = threading.BoundedSemaphore(self.MAX_PEERS)
         threading.Thread(target=self._accept, name=f"hpcnet-regions-{host}", daemon=True).start()
 
     def _accept(self) -> None:
         while True:
-            conn, _ = self._sock.accept()
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                time.sleep(0.05)   # out of descriptors, or a connection reset before we took it
+                continue
+            if not self._peers.acquire(blocking=False):
+                conn.close()
+                continue
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        with conn:
-            try:
+        from .. import auth
+        try:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if not auth.serve_handshake_socket(conn, "tcp region server"):
+                return
+            conn.settimeout(self.IDLE_TIMEOUT)
+            with conn:
                 while True:
                     op, klen, offset, length = _OP.unpack(_recv_exact(conn, _OP.size))
                     region = self.regions.get(_recv_exact(conn, klen).decode(errors="replace"))
-                    ok = region is not None and offset + length <= len(region)
-                    if op == b"P":
-                        data = _recv_exact(conn, length)
-                        if ok:
-                            region[offset:offset + length] = data
-                        conn.sendall(b"\x00" if ok else b"\x01")
-                    elif op == b"G":
-                        conn.sendall(b"\x00" + bytes(region[offset:offset + length]) if ok else b"\x01")
-                    else:
+                    if op not in (b"P", b"G") or region is None or offset + length > len(region):
+                        conn.sendall(b"\x01")
                         return
-            except (OSError, struct.error):
-                return
+                    if op == b"P":
+                        _recv_exact_into(conn, region[offset:offset + length])
+                        conn.sendall(b"\x00")
+                    else:
+                        conn.sendall(b"\x00")
+                        conn.sendall(region[offset:offset + length])
+        except (OSError, struct.error):
+            return
+        finally:
+            conn.close()
+            self._peers.release()
 
 
 _region_servers: dict[str, _RegionServer] = {}
@@ -264,7 +295,9 @@ class TcpListener:
             raise TransportTimeout("no connection within the timeout") from None
         except OSError as e:
             raise TransportClosed(f"listener on {self.address} closed: {e}") from None
-        return TcpConnection(sock, make_buffers(self._buffers), self._default_timeout)
+        # cold: the pool is registered when a server admits the peer (serving.Server), so a flood of
+        # connections that never get that far costs no buffers
+        return TcpConnection(sock, make_buffers(self._buffers, cold=True), self._default_timeout)
 
     def close(self) -> None:
         self._sock.close()

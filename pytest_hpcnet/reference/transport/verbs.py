@@ -84,6 +84,9 @@ CREDIT_BATCH = RECV_DEPTH // 4
 _SEND_BASE, _RDMA_BASE, _CREDIT_WR = 1 << 16, 1 << 32, (1 << 48)
 
 
+MAX_RENDEZVOUS = 128 * 1024 * 1024   # largest message any service accepts (ipc.maximum.data.length)
+
+
 class VerbsUnavailable(TransportError):
     """pyverbs is missing or there is no usable RDMA device."""
 
@@ -622,6 +625,11 @@ class VerbsConnection(StreamConnection):
         addr, length, rkey, tag = RNDV.unpack(payload)
         with self._lock:
             self._repost(slot)
+        if length > MAX_RENDEZVOUS:      # the peer chose this size: never register more than the cap
+            with self._lock:
+                self._error = TransportClosed(f"peer {self.peer} offered a {length}-byte rendezvous "
+                                              f"(limit {MAX_RENDEZVOUS})")
+            raise self._error
         landing = self._landing_region(length)
         self._rdma(self.pv.e.IBV_WR_RDMA_READ, landing, 0, length, addr, rkey, deadline)
         self._send_message(FIN, [TAG.pack(tag)], deadline)

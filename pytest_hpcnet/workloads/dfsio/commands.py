@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -84,7 +85,7 @@ def run_command(args) -> int:
         raise ConfigError("applies to --fs blockstore only", store_options[0])
     transport = ours.get("--transport", "tcp")
     block_size = parse_size(ours.get("--block-size", "128MB"), "--block-size")
-    root = Path(ours.get("--workdir") or Path(tempfile.gettempdir()) / f"hpcnet-dfsio-{getpass.getuser()}")
+    root = Path(ours.get("--workdir") or own_dir(Path(tempfile.gettempdir()) / f"hpcnet-dfsio-{getpass.getuser()}"))
     cluster = load_cluster(ours.get("--cluster", "local:4"), root, where="--cluster")
     replication = _int_option(ours, "--replication", min(3, len(cluster.nodes)), 1, 3)
     with Launchers(cluster, root / "logs") as launchers:
@@ -115,3 +116,19 @@ def add_commands(subparsers) -> None:
                               help="TestDFSIO over a POSIX directory or the reference block store")
     p.add_argument("dfsio_args", nargs="*")
     p.set_defaults(func=run_command)
+
+
+def own_dir(path: Path) -> Path:
+    """A private work dir at a predictable name (so a -read can follow a -write): made 0700 if new;
+    if it exists it must be a real directory (not a symlink) owned by us that nobody else may write,
+    or it is refused, since another user could have made it to catch our files."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise ConfigError(f"{path} exists but is not a private directory of this user (a symlink, "
+                          f"another owner, or writable by others); remove it or pass --workdir",
+                          "dfsio work dir")
+    return path

@@ -30,8 +30,17 @@ def file_name(i: int) -> str:
 
 class PosixWriter:
     def __init__(self, path: Path, fsync: str, append: bool):
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
-        self.fd = os.open(path, flags, 0o644)
+        # Never through a symlink planted in the data dir; a new file is made new (O_EXCL) after the
+        # old one (or whatever sits at its name) is removed, so a write cannot land in another file.
+        if append:
+            flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW
+        else:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        self.fd = os.open(path, flags | os.O_CLOEXEC, 0o644)
         self.fsync = fsync
 
     def write(self, data) -> None:
@@ -52,7 +61,7 @@ class PosixWriter:
 
 class PosixReader:
     def __init__(self, path: Path):
-        self.fd = os.open(path, os.O_RDONLY)
+        self.fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
     def read(self, n: int) -> bytes:
         return os.read(self.fd, n)

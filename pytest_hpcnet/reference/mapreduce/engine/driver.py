@@ -23,7 +23,9 @@ add up to the job's time apart from sampling and commit.
 from __future__ import annotations
 
 import collections
+import hmac
 import json
+import secrets
 import selectors
 import socket
 import sys
@@ -34,11 +36,14 @@ from pathlib import Path
 from typing import Callable
 
 from ....errors import ConfigError, HpcnetError, LaunchError
+from ... import auth
 from .config import EngineConfig, check_runnable, parse_config
-from .protocol import Channel, ProtocolError
+from .protocol import TOKEN_ENV, Channel, ProtocolError
 
 WORKER_MODULE = "pytest_hpcnet.reference.mapreduce.engine.worker"
 JOB_ROOT = "hpcnet-mr"
+HELLO_TIMEOUT = auth.HANDSHAKE_TIMEOUT   # a connection must authenticate and say hello by then
+MAX_PENDING_HELLOS = 256
 
 
 class JobFailed(HpcnetError):
@@ -72,6 +77,7 @@ class WorkerHandle:
     task: Task | None = None
     alive: bool = False
     lost_reason: str = ""
+    token: str = ""             # the launch's secret token; the worker's hello must carry it
 
     @property
     def name(self) -> str:
@@ -89,6 +95,15 @@ class JobResult:
     details: dict = field(default_factory=dict)
     attempts: int = 0           # task attempts dispatched (maps + reduces)
     lost_workers: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Pending:
+    """A control connection that has not said a valid hello yet."""
+    sock: socket.socket
+    channel: Channel
+    hs: "auth.ServerHandshake"
+    deadline: float
 
 
 class Engine:
@@ -131,16 +146,19 @@ class Engine:
         return self
 
     def _start(self) -> None:
-        self._listener = socket.create_server((self.driver_host, 0))
+        auth.ensure_run_secret()      # the driver is the run's controller if nobody else is
+        self._listener = socket.create_server((self.driver_host, 0), backlog=1024)
         host, port = self._listener.getsockname()[:2]
         for node in self.nodes:
             argv = [sys.executable, "-m", WORKER_MODULE, "--driver", f"{host}:{port}", "--node", node.name,
                     "--workdir", str(node.workdir), "--shared", str(node.shared or ""),
                     "--addresses", json.dumps(dict(node.addresses))]
-            self.workers[node.name] = WorkerHandle(node, self.launchers.start(node, argv))
+            token = secrets.token_hex(16)     # names this launch: a hello must carry it
+            self.workers[node.name] = WorkerHandle(node, self.launchers.start(node, argv, env={TOKEN_ENV: token}))
+            self.workers[node.name].token = token
         deadline = time.monotonic() + self.start_timeout
         self._listener.settimeout(0.1)
-        pending: list[tuple[socket.socket, Channel]] = []
+        pending: list[_Pending] = []
         while not all(w.alive for w in self.workers.values()):
             for w in self.workers.values():
                 code = w.proc.poll()
@@ -154,30 +172,76 @@ class Engine:
             try:
                 sock, _ = self._listener.accept()
                 sock.settimeout(0.1)
-                pending.append((sock, Channel(sock)))
+                if len(pending) >= MAX_PENDING_HELLOS:       # a flood: the oldest stranger makes room
+                    self._refuse(pending.pop(0), "too many connections waiting to say hello")
+                p = _Pending(sock, Channel(sock), auth.ServerHandshake(), time.monotonic() + HELLO_TIMEOUT)
+                sock.sendall(p.hs.greeting())
+                pending.append(p)
             except socket.timeout:
                 pass
-            for sock, channel in list(pending):
+            except OSError:
+                pass                                           # that peer is gone already
+            for p in list(pending):
                 try:
-                    data = sock.recv(1 << 16)
-                except socket.timeout:
+                    w = self._hello_from(p)
+                except (OSError, ProtocolError, ValueError, KeyError, TypeError) as e:
+                    pending.remove(p)
+                    self._refuse(p, str(e) or type(e).__name__)
                     continue
-                if not data:
-                    pending.remove((sock, channel))
-                    sock.close()
-                    continue
-                for message in channel.feed(data):
-                    w = self.workers.get(message.get("node")) if message.get("type") == "hello" else None
-                    if w is None or w.alive:
-                        continue
-                    pending.remove((sock, channel))
-                    sock.settimeout(30)   # reads happen only when select says so; sends may wait for space
-                    w.sock, w.channel, w.shuffle = sock, channel, message["shuffle"]
+                if w is not None:
+                    pending.remove(p)
+                    p.sock.settimeout(30)   # reads happen only when select says so; sends may wait for space
+                    w.sock, w.channel = p.sock, p.channel
                     w.alive, w.last_seen = True, time.monotonic()
-                    self._selector.register(sock, selectors.EVENT_READ, w)
-                    break
-        for sock, _ in pending:
-            sock.close()
+                    self._selector.register(p.sock, selectors.EVENT_READ, w)
+        for p in pending:
+            p.sock.close()
+
+    def _hello_from(self, p: "_Pending") -> WorkerHandle | None:
+        """Read what a pending connection sent; the worker it authenticated as, once its hello came.
+        Anything wrong (no credentials, garbage, a hello for a node that is not ours or already
+        connected, a wrong launch token, silence past HELLO_TIMEOUT) raises: that connection only."""
+        if time.monotonic() > p.deadline:
+            raise ProtocolError(f"no valid hello within {HELLO_TIMEOUT:.0f}s")
+        try:
+            data = p.sock.recv(1 << 16)
+        except socket.timeout:
+            return None
+        if not data:
+            raise ProtocolError("closed before saying hello")
+        if not p.hs.done:
+            p.hs.feed(data)
+            if not p.hs.done:
+                return None
+            if not p.hs.ok:
+                raise ProtocolError(p.hs.reason)
+            p.sock.sendall(p.hs.reply)
+            data = p.hs.rest
+        for message in p.channel.feed(data):
+            if message.get("type") != "hello":
+                raise ProtocolError(f"expected a hello, got {str(message.get('type'))[:40]!r}")
+            w = self.workers.get(message.get("node"))
+            if w is None or w.alive or not hmac.compare_digest(str(message.get("token", "")), w.token):
+                raise ProtocolError(f"forged or duplicate hello for node {str(message.get('node'))[:40]!r}")
+            shuffle = message["shuffle"]
+            if not isinstance(shuffle, dict):
+                raise ProtocolError("hello without shuffle server addresses")
+            w.shuffle = shuffle
+            return w
+        return None
+
+    def _refuse(self, p: "_Pending", reason: str) -> None:
+        if p.hs.done and not p.hs.ok:
+            try:
+                p.sock.send(p.hs.reply)
+            except OSError:
+                pass
+        try:
+            peer = p.sock.getpeername()
+        except OSError:
+            peer = "?"
+        auth.count_refusal("engine driver", peer, reason)
+        p.sock.close()
 
     def close(self) -> None:
         for w in self.workers.values():

@@ -14,6 +14,7 @@ from typing import Iterator
 from ....errors import HpcnetError
 
 MAX_LINE = 16 * 1024 * 1024
+TOKEN_ENV = "HPCNET_WORKER_TOKEN"   # the driver's per-launch token for a worker; its hello carries it
 
 
 class ProtocolError(HpcnetError):

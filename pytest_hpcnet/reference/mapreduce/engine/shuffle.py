@@ -21,6 +21,7 @@ reply while the server keeps serving everyone else.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from dataclasses import asdict
@@ -32,12 +33,16 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from ....errors import HpcnetError
+from ... import auth
+from ...serving import DEFAULT_LIMITS, Limits, Server
 from ...transport import RemoteRegion, TransportError, TransportTimeout, get_transport
 
 OK, ERROR, REGION = b"\x00", b"\x01", b"\x02"
 ONE_SIDED_TRANSPORTS = ("shm", "verbs")
 MIN_REGION = 1 << 20
 MAX_REQUEST = 64 * 1024
+MAX_INDEX_BYTES = 8 * (1 << 20)      # a million reduces
+MAX_SEGMENT = 1 << 30                # the largest segment a reducer accepts from a server
 DATA_SUFFIX, INDEX_SUFFIX = ".out", ".index"
 
 
@@ -71,7 +76,11 @@ def write_map_output(base: Path, segments: list) -> list[int]:
 
 def segment_range(base: Path, reduce: int) -> tuple[Path, int, int]:
     """(data file, offset, length) of segment ``reduce`` of the map output at ``base``."""
-    index = np.fromfile(base.with_name(base.name + INDEX_SUFFIX), dtype="<i8")
+    with _open_nofollow(base.with_name(base.name + INDEX_SUFFIX)) as f:
+        raw = f.read(MAX_INDEX_BYTES + 1)
+    if len(raw) > MAX_INDEX_BYTES or len(raw) % 8:
+        raise FetchError(f"{base}: index file is not a map output index")
+    index = np.frombuffer(raw, dtype="<i8")
     if not 0 <= reduce < len(index) - 1:
         raise FetchError(f"{base}: no segment {reduce} (map output has {len(index) - 1} segments)")
     start, end = int(index[reduce]), int(index[reduce + 1])
@@ -82,7 +91,9 @@ def read_segment(base: Path, reduce: int, into: memoryview | None = None) -> byt
     """Segment ``reduce`` of the map output at ``base`` (the direct-read path and the server's); with
     ``into`` (a buffer of the segment's length) read into it and return None."""
     path, start, length = segment_range(base, reduce)
-    with open(path, "rb") as f:
+    if start < 0 or length < 0:
+        raise FetchError(f"{base}: index of segment {reduce} is corrupt")
+    with _open_nofollow(path) as f:
         f.seek(start)
         if into is None:
             data = f.read(length)
@@ -98,50 +109,66 @@ def resolve(roots: dict[str, Path], root: str, path: str) -> Path:
     """The map output ``path`` under root ``root``; refuse anything that would escape the root."""
     if root not in roots:
         raise FetchError(f"unknown root {root!r} (this server has {sorted(roots)})")
+    if not isinstance(path, str):
+        raise FetchError("path must be a string")
     rel = PurePosixPath(path)
     if rel.is_absolute() or ".." in rel.parts or not rel.parts:
         raise FetchError(f"refusing path {path!r}: must be relative and stay inside the root")
     return roots[root] / rel
 
 
+def resolve_served(roots: dict[str, Path], root: str, path: str) -> Path:
+    """``resolve`` for the shuffle server: the real path (symlinks followed) of the map output's
+    directory must still lie inside the root's real path, and the files are then opened with
+    ``O_NOFOLLOW``, so a symlink planted under the root cannot lead out of it."""
+    base = resolve(roots, root, path)
+    real_root = os.path.realpath(roots[root])
+    real_dir = os.path.realpath(base.parent)
+    if os.path.commonpath([real_root, real_dir]) != real_root:
+        raise FetchError(f"refusing path {path!r}: it leads outside the {root} root")
+    return Path(real_dir) / base.name
+
+
+def _open_nofollow(path: Path):
+    try:
+        return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise FetchError(f"refusing {path.name}: it is a symlink") from None
+        raise
+
+
 # -- the server ----------------------------------------------------------------------------------------
 
 class ShuffleServer:
-    """Serves map output segments over one transport; one thread per connection."""
+    """Serves map output segments over one transport to authenticated reducers (``serving.Server``)."""
 
-    def __init__(self, transport: str, host: str, roots: dict[str, Path]):
+    def __init__(self, transport: str, host: str, roots: dict[str, Path], limits: Limits = DEFAULT_LIMITS):
         self.transport = transport
         self.roots = {k: Path(v) for k, v in roots.items()}
         self._listener = get_transport(transport).listen(host, 0)
         self.address = tuple(self._listener.address)
         self._stop = threading.Event()
         self._regions: set = set()     # live one-sided regions, closed with the server
-        threading.Thread(target=self._accept_loop, name=f"shuffle-{transport}", daemon=True).start()
-
-    def _accept_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn = self._listener.accept(timeout=0.5)
-            except TransportTimeout:
-                continue
-            except TransportError:
-                if self._stop.is_set():
-                    return
-                continue          # a failed handshake is one client's problem, not the server's
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        self.limits = limits
+        self._server = Server(self._listener, self._serve, f"shuffle-{transport}", limits).start()
 
     def _serve(self, conn) -> None:
         region = None      # one-sided replies go through one region per connection, grown as needed and
+        idle_until = time.monotonic() + self.limits.idle_timeout
         try:               # reused: the reducer asks again only after it has read the last reply
             while not self._stop.is_set():
                 try:
                     msg = conn.recv(timeout=1.0, max_length=MAX_REQUEST)
                 except TransportTimeout:
+                    if time.monotonic() > idle_until:
+                        return            # an idle reducer connection: it reconnects when it needs us
                     continue
+                idle_until = time.monotonic() + self.limits.idle_timeout
                 try:
                     request = json.loads(bytes(msg.view))
                     msg.release()
-                    base = resolve(self.roots, request["root"], request["path"])
+                    base = resolve_served(self.roots, request["root"], request["path"])
                     reduce = int(request["reduce"])
                     _, _, length = segment_range(base, reduce)
                     if request.get("one_sided") and self.transport in ONE_SIDED_TRANSPORTS and length:
@@ -157,7 +184,7 @@ class ShuffleServer:
                         reply = [REGION, json.dumps({"region": asdict(region.remote()), "size": length}).encode()]
                     else:
                         reply = [OK, read_segment(base, reduce)]
-                except (ValueError, KeyError, TypeError, OSError, FetchError) as e:
+                except (ValueError, KeyError, TypeError, AttributeError, OSError, FetchError) as e:
                     reply = [ERROR, f"bad shuffle request: {e}".encode()]
                 conn.send(reply, timeout=60)
         except TransportError:
@@ -172,7 +199,7 @@ class ShuffleServer:
         """Stop accepting and release every region (the serving threads are daemons: at process exit
         nothing else would unlink the shared memory)."""
         self._stop.set()
-        self._listener.close()
+        self._server.stop()
         for region in list(self._regions):
             region.close()
         self._regions.clear()
@@ -193,7 +220,7 @@ def _checkout(transport: str, address, timeout: float):
     with _idle_lock:
         if _idle.get(key):
             return _idle[key].pop()[0]
-    return get_transport(transport).connect(tuple(address), timeout=timeout)
+    return auth.connect(get_transport(transport), address, timeout=timeout)
 
 
 def _checkin(transport: str, address, conn) -> None:
@@ -225,11 +252,13 @@ def fetch_from(transport: str, address, node: str, requests: list[dict], timeout
     try:
         for request in requests:
             conn.send([json.dumps(dict(request, one_sided=one_sided)).encode()], timeout=timeout)
-            msg = conn.recv(timeout=timeout)
+            msg = conn.recv(timeout=timeout, max_length=MAX_SEGMENT + 1)
             try:
                 status, body = bytes(msg.view[:1]), msg.view[1:]
                 if status == REGION:
                     reply = json.loads(bytes(body))
+                    if not 0 <= int(reply["size"]) <= min(MAX_SEGMENT, int(reply["region"]["length"])):
+                        raise FetchError(f"shuffle server of {node} offered a {reply['size']}-byte segment")
                     out.append(conn.get(RemoteRegion(**reply["region"]), 0, reply["size"], timeout=timeout))
                 elif status == OK:
                     out.append(bytes(body))

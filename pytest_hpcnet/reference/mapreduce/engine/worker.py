@@ -28,7 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ... import auth
 from . import protocol
+from .protocol import TOKEN_ENV
 from ...transport import TransportError, verbs
 from .shuffle import FetchError, ShuffleServer, close_idle, fetch_segments, resolve, write_map_output
 from .. import randomwriter, sort as kvsort, teragen, teravalidate
@@ -189,10 +191,11 @@ class Worker:
 
 def serve(driver: tuple[str, int], worker: Worker) -> int:
     sock = socket.create_connection(driver, timeout=30)
+    auth.client_handshake_socket(sock, 30)
     sock.settimeout(None)
     channel = protocol.Channel(sock)
     channel.send({"type": "hello", "node": worker.node, "pid": os.getpid(),
-                  "shuffle": worker.shuffle_addresses()})
+                  "token": os.environ.get(TOKEN_ENV, ""), "shuffle": worker.shuffle_addresses()})
     stop = threading.Event()
 
     def heartbeat():
