@@ -34,6 +34,19 @@ class Cluster:
     nodes: tuple[Node, ...]
     source: str  # what the user gave: "local:4", a TOML path, ...
     shared: Path | None = None
+    # The controller's (this process's) address per network, which nodes connect back to (the engine
+    # driver listens there), and where it came from: the inventory, or how it was derived.
+    controller: dict[str, str] = field(default_factory=dict)
+    controller_source: str = ""
+
+    def controller_address(self, network: str = "eth") -> str:
+        """The address the nodes reach the controller at on ``network``."""
+        try:
+            return self.controller[network]
+        except KeyError:
+            raise KeyError(f"cluster {self.name!r} has no controller address on network {network!r} "
+                           f"(has: {', '.join(sorted(self.controller)) or 'none'}; set [cluster] controller "
+                           f"= {{ {network} = \"...\" }} in the inventory)") from None
 
     def node(self, name: str) -> Node:
         for n in self.nodes:

@@ -91,10 +91,23 @@ def check_runnable(config: EngineConfig, cluster) -> None:
     if config.intermediate == "shared" and cluster.shared is None:
         raise ConfigError(f"intermediate=shared needs a shared dir, and cluster {cluster.name!r} has none",
                           where)
-    if config.transport == "shm" and len({n.host for n in cluster.nodes}) > 1:
-        raise ConfigError("transport=shm works between processes on one host; cluster "
-                          f"{cluster.name!r} spans hosts {sorted({n.host for n in cluster.nodes})}", where)
+    reason = cross_host_reason(config.transport, cluster.nodes)
+    if reason:
+        raise ConfigError(f"{reason} (cluster {cluster.name!r})", where)
     missing = [n.name for n in cluster.nodes if config.net not in n.addresses]
     if missing:
         raise ConfigError(f"net={config.net} but node(s) {', '.join(missing)} have no {config.net!r} address",
                           where)
+
+
+def cross_host_reason(transport: str, nodes) -> str | None:
+    """Why ``transport`` cannot connect these nodes (shm between hosts), naming them; None if it can."""
+    if transport != "shm":
+        return None
+    hosts: dict[str, list[str]] = {}
+    for n in nodes:
+        hosts.setdefault(n.host, []).append(n.name)
+    if len(hosts) < 2:
+        return None
+    spread = "; ".join(f"{', '.join(names)} on {host}" for host, names in hosts.items())
+    return f"transport=shm works between processes on one host, and the nodes are on {len(hosts)} hosts: {spread}"

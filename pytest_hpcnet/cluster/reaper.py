@@ -1,0 +1,208 @@
+"""Nothing outlives its controller: a reaper process per controller, and a watchdog in every server.
+
+The *controller* is the process that starts things on a cluster (pytest, an xdist worker, the CLI).
+Every process a local or netns launcher starts carries ``HPCNET_RUN=<token>`` (unique per controller)
+and ``HPCNET_CONTROLLER=<boot id>:<pid>:<start time>`` in its environment, and so does everything it
+forks.
+
+- The **reaper** (``ensure_started()``) is a small process in its own session that holds the read end
+  of a pipe whose write end only the controller has. When the controller exits -- normally, by an
+  exception, by SIGTERM or by SIGKILL -- the kernel closes that end, the reaper reads EOF, kills every
+  process on this host whose environment carries the token (SIGTERM, then SIGKILL after a grace
+  period), deletes the network namespaces the controller registered (``watch_namespace``) and exits.
+  On a normal exit the controller has already stopped everything and the reaper finds nothing to do.
+- The **watchdog** (``start_watchdog()``), called by long-running servers (engine workers, DFS metadata
+  service and datanodes, RPC servers), checks once a second that the controller named in
+  ``HPCNET_CONTROLLER`` still exists (same pid *and* start time, so a reused pid does not count) and
+  otherwise ends its own process group. It only acts when the controller runs on the same kernel
+  (same boot id); a server on another machine relies on its control connection instead.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+RUN_ENV = "HPCNET_RUN"
+CONTROLLER_ENV = "HPCNET_CONTROLLER"
+GRACE = 2.0            # seconds between SIGTERM and SIGKILL
+WATCH_INTERVAL = 1.0   # how often a watchdog checks its controller
+
+_state: dict = {}      # pid of the controller -> (token, reaper Popen, pipe write fd)
+_lock = threading.Lock()
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def controller_id(pid: int | None = None) -> str:
+    pid = pid or os.getpid()
+    return f"{boot_id()}:{pid}:{start_time(pid)}"
+
+
+def run_env() -> dict[str, str]:
+    """What a launcher adds to a started process's environment (starts the reaper on first use)."""
+    token = ensure_started()
+    return {RUN_ENV: token, CONTROLLER_ENV: controller_id()}
+
+
+def ensure_started() -> str:
+    """Start this controller's reaper if it is not running; return the run token."""
+    with _lock:
+        pid = os.getpid()
+        state = _state.get(pid)
+        if state is not None:
+            return state[0]
+        _state.clear()                       # a forked child is a new controller with its own reaper
+        token = f"{pid}-{uuid.uuid4().hex[:12]}"
+        read_fd, write_fd = os.pipe()        # non-inheritable by default: only the reaper gets read_fd
+        env = {k: v for k, v in os.environ.items() if k not in (RUN_ENV, CONTROLLER_ENV)}
+        proc = subprocess.Popen([sys.executable, "-m", __name__, token], stdin=read_fd,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True, env=env, close_fds=True)
+        os.close(read_fd)
+        _state[pid] = (token, proc, write_fd)
+        return token
+
+
+def _send(line: str) -> None:
+    ensure_started()
+    state = _state.get(os.getpid())
+    try:
+        os.write(state[2], (line + "\n").encode())
+    except OSError:
+        pass
+
+
+def watch_namespace(name: str) -> None:
+    """The reaper deletes ``name`` if this controller dies before ``forget_namespace(name)``."""
+    _send(f"ns {name}")
+
+
+def forget_namespace(name: str) -> None:
+    if os.getpid() in _state:
+        _send(f"done {name}")
+
+
+def processes_of(token: str) -> list[int]:
+    """Pids on this host whose environment carries ``HPCNET_RUN=token``."""
+    needle = f"{RUN_ENV}={token}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_run(token: str, grace: float = GRACE) -> None:
+    """SIGTERM every process of the run, SIGKILL what is left after ``grace`` seconds."""
+    pids = processes_of(token)
+    for pid in pids:
+        _kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while pids and time.monotonic() < deadline:
+        time.sleep(0.05)
+        pids = processes_of(token)
+    for _ in range(3):
+        pids = processes_of(token)
+        if not pids:
+            return
+        for pid in pids:
+            _kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _delete_namespace(name: str) -> None:
+    try:
+        pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True,
+                              timeout=10).stdout.split()
+        for pid in pids:
+            _kill(int(pid), signal.SIGKILL)
+        subprocess.run(["ip", "netns", "delete", name], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        pass
+
+
+def reap(token: str, stream) -> None:
+    """The reaper's body: read registrations until EOF (the controller is gone), then clean up."""
+    namespaces: list[str] = []
+    for raw in stream:
+        kind, _, name = raw.decode(errors="replace").strip().partition(" ")
+        if kind == "ns" and name not in namespaces:
+            namespaces.append(name)
+        elif kind == "done" and name in namespaces:
+            namespaces.remove(name)
+    kill_run(token)
+    for name in reversed(namespaces):
+        _delete_namespace(name)
+
+
+def start_watchdog(interval: float = WATCH_INTERVAL) -> bool:
+    """In a server: end this process group once the controller is gone. False if there is nothing to
+    watch (no controller in the environment, or it runs on another machine)."""
+    value = os.environ.get(CONTROLLER_ENV, "")
+    parts = value.split(":")
+    if len(parts) != 3 or parts[0] != boot_id() or not parts[1].isdigit():
+        return False
+    pid, started = int(parts[1]), parts[2]
+
+    def watch():
+        while True:
+            time.sleep(interval)
+            if start_time(pid) != started:
+                _suicide()
+    threading.Thread(target=watch, name="hpcnet-watchdog", daemon=True).start()
+    return True
+
+
+def _suicide() -> None:
+    try:
+        if os.getpgrp() == os.getpid():           # a group leader (launchers start one): take the group
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+    finally:
+        os._exit(3)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    for sig in (signal.SIGINT, signal.SIGHUP):   # a terminal's Ctrl-C or hangup is for the controller
+        signal.signal(sig, signal.SIG_IGN)
+    reap(argv[0], sys.stdin.buffer)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
