@@ -57,3 +57,16 @@ class Cluster:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(n.name for n in self.nodes)
+
+
+def cross_host_reason(transport: str, nodes) -> str | None:
+    """Why ``transport`` cannot connect these nodes (shm between hosts), naming them; None if it can."""
+    if transport != "shm":
+        return None
+    hosts: dict[str, list[str]] = {}
+    for n in nodes:
+        hosts.setdefault(n.host, []).append(n.name)
+    if len(hosts) < 2:
+        return None
+    spread = "; ".join(f"{', '.join(names)} on {host}" for host, names in hosts.items())
+    return f"transport=shm works between processes on one host, and the nodes are on {len(hosts)} hosts: {spread}"

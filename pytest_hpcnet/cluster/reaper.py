@@ -188,6 +188,27 @@ def start_watchdog(interval: float = WATCH_INTERVAL) -> bool:
     return True
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised like Ctrl-C so the same teardown runs (pytest reports "interrupted")."""
+
+
+def interrupt_on_signals(signals=(signal.SIGTERM, signal.SIGHUP)):
+    """In the controller's main thread: turn ``signals`` into ``Terminated`` (a KeyboardInterrupt), so
+    fixtures, launchers and namespaces are torn down as on Ctrl-C. Returns a function that restores the
+    previous handlers. Outside the main thread it does nothing (the reaper still cleans up)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum, frame):
+        raise Terminated(f"received {signal.Signals(signum).name}")
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
+
+    def restore():
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    return restore
+
+
 def _suicide() -> None:
     try:
         if os.getpgrp() == os.getpid():           # a group leader (launchers start one): take the group

@@ -25,6 +25,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from ...cluster.reaper import start_watchdog
 from ..transport import TransportError, get_transport
 from .blockfiles import BlockDir
 from .errors import ChecksumError, DfsError, ProtocolError
@@ -243,6 +244,7 @@ def main(argv=None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)
+    start_watchdog()   # exits when the controller that started it is gone (see cluster.reaper)
     host, _, port = args.meta.rpartition(":")
     node = DataNode(args.name, args.dir, args.transport)
     listener = node.transport.listen(args.host, args.port)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from ....cluster.model import cross_host_reason
 from ....errors import ConfigError
 
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -99,15 +100,3 @@ def check_runnable(config: EngineConfig, cluster) -> None:
         raise ConfigError(f"net={config.net} but node(s) {', '.join(missing)} have no {config.net!r} address",
                           where)
 
-
-def cross_host_reason(transport: str, nodes) -> str | None:
-    """Why ``transport`` cannot connect these nodes (shm between hosts), naming them; None if it can."""
-    if transport != "shm":
-        return None
-    hosts: dict[str, list[str]] = {}
-    for n in nodes:
-        hosts.setdefault(n.host, []).append(n.name)
-    if len(hosts) < 2:
-        return None
-    spread = "; ".join(f"{', '.join(names)} on {host}" for host, names in hosts.items())
-    return f"transport=shm works between processes on one host, and the nodes are on {len(hosts)} hosts: {spread}"
