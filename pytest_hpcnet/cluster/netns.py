@@ -114,6 +114,7 @@ class NetnsNetwork:
         self.controller_link = f"hn{os.getpid()}c{seq}"[:15]   # the root namespace's end (IFNAMSIZ)
         self.subnet: int | None = None
         self.created: list[str] = []
+        self.root_links: list[str] = []
 
     def address(self, i: int) -> str:
         return f"{SUBNET}.{self.subnet}.{i + 1}"
@@ -134,6 +135,8 @@ class NetnsNetwork:
             _run(ip_sw + ["link", "set", BRIDGE, "up"], "bring up bridge")
             with _subnet_lock():
                 self.subnet = _free_subnet()
+                self.root_links.append(self.controller_link)
+                reaper.watch_link(self.controller_link)
                 # the controller's port: c0 on the bridge, its peer in this (the root) namespace
                 _run(ip_sw + ["link", "add", "c0", "type", "veth", "peer", "name", self.controller_link,
                               "netns", str(os.getpid())], "create the controller's veth")
@@ -166,6 +169,10 @@ class NetnsNetwork:
     def teardown(self) -> None:
         """Delete every namespace this network made (the controller's veth goes with the switch's);
         safe to call twice or after a failed build."""
+        for link in self.root_links:      # at once: a deleted namespace's veths vanish only later
+            reaper.delete_link(link)
+            reaper.forget_namespace(link)
+        self.root_links.clear()
         for name in reversed(self.created):
             _delete_namespace(name)
             reaper.forget_namespace(name)

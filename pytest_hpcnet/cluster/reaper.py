@@ -103,6 +103,12 @@ def forget_namespace(name: str) -> None:
         _send(f"done {name}")
 
 
+def watch_link(name: str) -> None:
+    """The reaper deletes the root-namespace link ``name`` first (a veth pair goes at once, where a
+    deleted namespace's devices go only when the kernel gets round to it)."""
+    _send(f"link {name}")
+
+
 def processes_of(token: str) -> list[int]:
     """Pids on this host whose environment carries ``HPCNET_RUN=token``."""
     needle = f"{RUN_ENV}={token}".encode()
@@ -145,6 +151,13 @@ def _kill(pid: int, sig: int) -> None:
         pass
 
 
+def delete_link(name: str) -> None:
+    try:
+        subprocess.run(["ip", "link", "delete", name], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+
+
 def _delete_namespace(name: str) -> None:
     try:
         pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True,
@@ -159,13 +172,18 @@ def _delete_namespace(name: str) -> None:
 def reap(token: str, stream) -> None:
     """The reaper's body: read registrations until EOF (the controller is gone), then clean up."""
     namespaces: list[str] = []
+    links: list[str] = []
     for raw in stream:
         kind, _, name = raw.decode(errors="replace").strip().partition(" ")
-        if kind == "ns" and name not in namespaces:
-            namespaces.append(name)
-        elif kind == "done" and name in namespaces:
-            namespaces.remove(name)
+        if kind in ("ns", "link") and name not in namespaces + links:
+            (namespaces if kind == "ns" else links).append(name)
+        elif kind == "done":
+            for known in (namespaces, links):
+                if name in known:
+                    known.remove(name)
     kill_run(token)
+    for name in links:
+        delete_link(name)
     for name in reversed(namespaces):
         _delete_namespace(name)
 
