@@ -126,6 +126,25 @@ def processes_of(token: str) -> list[int]:
     return found
 
 
+def processes_of_controller(pid: int) -> list[int]:
+    """Pids on this host started (directly or not) by the controller with this pid, by their
+    ``HPCNET_CONTROLLER`` (what tests use to check that nothing of a killed run is left)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
+        except OSError:
+            continue
+        for item in environ:
+            if item.startswith(CONTROLLER_ENV.encode() + b"=") and item.split(b":")[1:2] == [str(pid).encode()]:
+                found.append(int(entry.name))
+                break
+    return found
+
+
 def kill_run(token: str, grace: float = GRACE) -> None:
     """SIGTERM every process of the run, SIGKILL what is left after ``grace`` seconds."""
     pids = processes_of(token)
