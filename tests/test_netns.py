@@ -209,3 +209,23 @@ def test_qjump_config_apply_changes_a_nodes_layout(tmp_path, capsys):
         assert "class htb 1:8 parent 1:100 prio 0 rate 25600Kbit ceil 25600Kbit" in out
         assert cli.main(["qjump-config", "--apply", ns, "--dev", "nosuch0"]) == 2
         assert "failed" in capsys.readouterr().err
+
+
+@needs_root
+def test_cli_jobs_and_dfsio_run_on_netns_hosts(tmp_path, capsys):
+    """``hpcnet teragen|terasort|dfsio --cluster netns:2``: the engine's workers and the block store's
+    services on two namespace hosts, the driver on the controller's port; shm between them is refused."""
+    from pytest_hpcnet import cli
+    assert cli.main(["teragen", "5000", str(tmp_path / "in"), "--cluster", "netns:2", "--maps", "2"]) == 0
+    checksum = capsys.readouterr().out.split("checksum ")[1].split()[0]
+    assert cli.main(["terasort", str(tmp_path / "in"), str(tmp_path / "out"), "--cluster", "netns:2"]) == 0
+    assert cli.main(["teravalidate", str(tmp_path / "out"), str(tmp_path / "report")]) == 0
+    assert capsys.readouterr().out.strip().endswith(f"checksum\t{checksum}")
+    assert cli.main(["terasort", str(tmp_path / "in"), str(tmp_path / "out2"), "--cluster", "netns:2",
+                     "--config", "transport=shm"]) == 2
+    assert "node0 on 10.199." in capsys.readouterr().err
+    assert cli.main(["dfsio", "-write", "-nrFiles", "2", "-size", "1MB", "-resFile", str(tmp_path / "res.log"),
+                     "--fs", "blockstore", "--replication", "2", "--cluster", "netns:2",
+                     "--workdir", str(tmp_path / "dfs")]) == 0
+    assert "Number of files: 2" in capsys.readouterr().out
+    assert ours() == []
