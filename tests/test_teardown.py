@@ -50,7 +50,7 @@ def _root_links() -> set[str]:
 
 
 CASES = [("local:2", signal.SIGKILL), ("netns:2", signal.SIGKILL), ("local:2", signal.SIGTERM),
-         ("netns:2", signal.SIGHUP)]
+         ("netns:2", signal.SIGHUP), ("netns:2", signal.SIGINT)]
 
 
 @pytest.mark.parametrize("cluster_spec,sig", CASES, ids=[f"{c.split(':')[0]}-{s.name}" for c, s in CASES])
