@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from . import hookspec, options
+from .cluster.reaper import interrupt_on_signals
 from .errors import HpcnetError
 from .hardware import FEATURES
 from .measure import Measurement, Paired
@@ -16,6 +17,7 @@ from .report.terminal import measurements_table, verdicts_summary, verdicts_tabl
 from .session import HpcnetSession
 
 _KEY = pytest.StashKey[HpcnetSession]()
+_RESTORE = pytest.StashKey[object]()
 
 
 class ClaimWarning(UserWarning):
@@ -67,12 +69,17 @@ def pytest_configure(config):
     except HpcnetError as e:
         raise pytest.UsageError(f"pytest-hpcnet: {e}") from None
     config.stash[_KEY] = session
+    # SIGTERM and SIGHUP end the run like Ctrl-C: every launched process and namespace is torn down
+    config.stash[_RESTORE] = interrupt_on_signals()
 
 
 def pytest_unconfigure(config):
     session = config.stash.get(_KEY, None)
-    if session is not None:
-        session.close()
+    try:
+        if session is not None:
+            session.close()
+    finally:
+        config.stash.get(_RESTORE, lambda: None)()
 
 
 def _session(config) -> HpcnetSession:

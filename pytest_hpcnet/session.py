@@ -186,7 +186,9 @@ class HpcnetSession:
         probes = self.probes_json()
         nodes = [{"name": n.name, "host": n.host, "addresses": n.addresses, "launcher": n.launcher,
                   **probes[n.name]} for n in self.cluster.nodes]
-        prov = provenance(cluster={"source": self.cluster.source, "name": self.cluster.name, "nodes": nodes},
+        controller = {"addresses": dict(self.cluster.controller), "source": self.cluster.controller_source}
+        prov = provenance(cluster={"source": self.cluster.source, "name": self.cluster.name, "nodes": nodes,
+                                   "controller": controller},
                           target=self.target.describe(), cwd=self.rootdir, args=self.args)
         prov["rounds"] = self.rounds
         prov["max_rounds"] = self.max_rounds

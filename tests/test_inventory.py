@@ -171,3 +171,27 @@ def test_error_carries_the_file_in_where(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_inventory(path)
     assert info.value.where == str(path)
+
+
+def test_controller_address_comes_from_the_inventory_and_the_record_says_so(tmp_path):
+    path = tmp_path / "inv.toml"
+    path.write_text('[cluster]\ncontroller = { eth = "10.0.0.100", ib = "192.168.1.100" }\n' + GOOD_NODE)
+    cluster = load_inventory(path)
+    assert cluster.controller == {"eth": "10.0.0.100", "ib": "192.168.1.100"}
+    assert cluster.controller_source == "inventory: [cluster] controller in inv.toml"
+    assert all("controller" not in n.extra for n in cluster.nodes)
+
+
+def test_controller_address_is_derived_from_the_route_to_the_nodes(tmp_path):
+    path = tmp_path / "inv.toml"
+    path.write_text(GOOD_NODE)          # host = "localhost": this host reaches it from loopback
+    cluster = load_inventory(path)
+    assert cluster.controller == {"eth": "127.0.0.1"}
+    assert cluster.controller_source.startswith("derived: eth: route to localhost")
+
+
+def test_a_controller_without_addresses_is_refused(tmp_path):
+    path = tmp_path / "inv.toml"
+    path.write_text('[cluster]\ncontroller = {}\n' + GOOD_NODE)
+    with pytest.raises(ConfigError, match=r"\[cluster\], field 'controller'"):
+        load_inventory(path)

@@ -30,7 +30,8 @@ def local_cluster(n: int, root: Path, sysroot: Path = Path("/"), features=frozen
         for i in range(n))
     for node in nodes:
         node.workdir.mkdir(parents=True, exist_ok=True)
-    return Cluster(name=f"local:{n}", nodes=nodes, source=f"local:{n}", shared=shared)
+    return Cluster(name=f"local:{n}", nodes=nodes, source=f"local:{n}", shared=shared,
+                   controller={"eth": "127.0.0.1"}, controller_source="local: loopback (every node is this host)")
 
 
 def load_cluster(spec: str, root: Path, where: str | None = None, sysroot: Path | None = None) -> Cluster:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import ClassVar, Mapping, Protocol, Sequence
 
 from ..errors import ConfigError, LaunchError
+from . import reaper
 from .model import Node
 
 
@@ -84,6 +85,7 @@ class LocalProcess:
         full_env = dict(os.environ)
         full_env.update(env or {})
         full_env["HPCNET_NODE"] = node.name
+        full_env.update(reaper.run_env())   # marks the process as this run's: see reaper
         try:
             self.popen = subprocess.Popen(self.argv, stdout=fd_out, stderr=fd_err,
                                           stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,

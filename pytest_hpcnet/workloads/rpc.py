@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Sequence
 
+from ..cluster.reaper import start_watchdog
 from ..cluster.pool import Launchers, finish, wait_for_line
 from ..errors import HpcnetError
 from ..measure import abba
@@ -321,6 +322,7 @@ def _load(specs: list[str], index: int, counts: list[int], rounds: int, seconds:
 
 # -- processes --------------------------------------------------------------------------------
 def _serve(args) -> int:
+    start_watchdog()   # exits when the controller that started it is gone (see cluster.reaper)
     import signal
     import struct
     import threading

@@ -26,6 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from .. import auth
+from ...cluster.reaper import start_watchdog
 from ..transport import TransportError, get_transport
 from .blockfiles import BlockDir, BlockWriter
 from .errors import ChecksumError, DfsError, ProtocolError
@@ -339,6 +340,7 @@ def main(argv=None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)
+    start_watchdog()   # exits when the controller that started it is gone (see cluster.reaper)
     host, _, port = args.meta.rpartition(":")
     node = DataNode(args.name, args.dir, args.transport, meta=(host, int(port)))
     listener = node.transport.listen(args.host, args.port)

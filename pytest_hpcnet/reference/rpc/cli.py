@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 
+from ...cluster.reaper import start_watchdog
 from ...errors import ConfigError
 from ..buffers import BUFFERS
 from ..transport import TRANSPORTS, TransportError
@@ -62,6 +63,7 @@ def parse_address(text: str, where: str = "HOST:PORT") -> tuple[str, int]:
 
 
 def serve_command(args: argparse.Namespace) -> int:
+    start_watchdog()   # exits when the controller that started it is gone (see cluster.reaper)
     from .server import IDLE_TIMEOUT, MAX_CONNECTIONS, RpcServer
     from .wire import MAX_DATA_LENGTH
 
