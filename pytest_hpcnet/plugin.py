@@ -132,6 +132,10 @@ def pytest_sessionfinish(session, exitstatus):
         config.workeroutput["hpcnet"] = hs.worker_output()
         return
     record = hs.finish()
+    if hs.canary and (missed := hs.canary_missed()):
+        hs.canary_report = (f"canary: {len(missed)} enforced local gate(s) did not FAIL with "
+                            f"{hs.canary:.0%} injected: {', '.join(missed)}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if not (record.measurements or record.verdicts):
         return  # nothing measured (e.g. the plugin's own unit tests): no record to keep
     config.hook.pytest_hpcnet_record(config=config, record=record)
@@ -152,6 +156,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         for line in verdicts_summary(hs.verdicts):
             tr.write_line(line)
     tr.write_line(f"hpcnet run record: {hs.record_path}")
+    if getattr(hs, "canary_report", None):
+        tr.write_line(hs.canary_report, red=True, bold=True)
 
 
 # -- fixtures ---------------------------------------------------------------------------------------

@@ -140,6 +140,12 @@ class HpcnetSession:
         started with (a paper-scale test that runs 3 rounds of 10 GB jobs must not grow to 90)."""
         return self.max_rounds if self.max_rounds is not None else 3 * first_rounds
 
+    def canary_missed(self) -> list[str]:
+        """Under the canary: the enforced local gates that did not FAIL with the regression injected
+        (not evaluated at all counts too, so a gate left out of the canary run cannot hide)."""
+        caught = {v["claim_id"] for v in self.verdicts if v.get("injected") and v["outcome"] == "fail"}
+        return sorted(c.id for c in self.claims.values() if self.is_gate(c) and c.id not in caught)
+
     def is_gate(self, claim: Claim) -> bool:
         """An enforced local claim: this project's own regression gate, which the canary must trip."""
         return claim.is_local and claim.enforced

@@ -180,6 +180,18 @@ def test_canary_expects_every_enforced_local_gate_to_fail(pytester, run_hpcnet, 
     assert v["rule.report_only"]["injected"] == 0.0      # nor is a report-only claim
     # caught: rule.fail; not gates, judged as usual: rule.seed003 (warn), rule.report_only (fail, reported)
     result.assert_outcomes(passed=3, failed=3, skipped=1)
+    # the run as a whole names every enforced gate that was not caught, the skipped one too
+    result.stdout.fnmatch_lines(["*canary: 4 enforced local gate(s) did not FAIL with 20% injected: rule.pass, "
+                                 "rule.skipped, rule.tolerance, rule.warn_band*"])
+    assert result.ret == 1
+
+
+def test_canary_run_fails_when_an_enforced_gate_is_left_out(pytester, run_hpcnet, tmp_path):
+    _suite(pytester)
+    result = run_hpcnet("suites", "--hpcnet-canary=20%", "-k", "test_fail")
+    result.assert_outcomes(passed=1, deselected=6)
+    result.stdout.fnmatch_lines(["*canary: 4 enforced local gate(s) did not FAIL*"])
+    assert result.ret == 1
 
 
 def test_samples_of_another_configuration_are_refused(pytester, run_hpcnet, tmp_path):
