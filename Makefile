@@ -74,7 +74,8 @@ gates: setup
 	if [ $$status = 5 ]; then echo "make gates: pytest collected no tests" >&2; fi; exit $$status
 
 # The tests that evaluate enforced gates; a gate no test here evaluates fails the canary run too.
-CANARY_TESTS ?= suites/rpc/test_performance.py::test_pooled_buffers_allocate_and_copy_less_per_call
+CANARY_TESTS ?= suites/rpc/test_performance.py::test_pooled_buffers_allocate_and_copy_less_per_call \
+                suites/rpc/test_performance.py::test_interleaved_echo_cost
 canary: setup
 	@$(PY) -m pytest $(CANARY_TESTS) -p no:cacheprovider -q --hpcnet-canary=$(CANARY) \
 	    --hpcnet-report=.hpcnet/canary; status=$$?; \

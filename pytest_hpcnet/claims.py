@@ -365,12 +365,14 @@ def _check_bound(side: str, bound: float, tolerance: float, warn: float, point: 
     if side == "min":
         worst, best, beyond, fail_at = hi, lo, lambda x: x < bound, bound - tolerance
         if hi < fail_at:
-            return "fail", f"whole CI below {_fmt(fail_at)} (the minimum {b} less the tolerance)"
+            return "fail", (f"whole CI below {_fmt(fail_at)} (the minimum {b} less the tolerance)" if tolerance
+                            else f"whole CI below the stated minimum {b}")
         where, band_ok = "below", point >= bound + warn
     else:
         worst, best, beyond, fail_at = lo, hi, lambda x: x > bound, bound + tolerance
         if lo > fail_at:
-            return "fail", f"whole CI above {_fmt(fail_at)} (the maximum {b} plus the tolerance)"
+            return "fail", (f"whole CI above {_fmt(fail_at)} (the maximum {b} plus the tolerance)" if tolerance
+                            else f"whole CI above the stated maximum {b}")
         where, band_ok = "above", point <= bound - warn
     name = "minimum" if side == "min" else "maximum"
     if beyond(worst):

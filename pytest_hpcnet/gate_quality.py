@@ -7,7 +7,8 @@ recorded runs (the ``samples`` of each claim's verdicts in run records):
 - per-round residuals: each recorded round's log quantity minus its run's median, pooled over runs and
   resampled, so heavy tails and outliers come along as they were measured;
 - drift between runs: each synthetic run is offset by a recorded run's median minus the typical
-  median (the median over runs), plus normal jitter of the same spread;
+  median (the median over runs), plus normal jitter of half their spread (so a few recorded runs
+  still give a continuum of levels, at about the spread they showed);
 - drift within a run: a linear trend whose slope is one of the recorded runs' least-squares slopes.
 
 It reports, per claim: how often a run with no regression (called A/A, as the candidate performs as
@@ -92,7 +93,7 @@ class NoiseModel:
                 idx = rng.integers(pool.candidate.size, size=n)
                 return pool.baseline[idx], pool.candidate[idx]
             return rounds
-        level = self.typical + self.offsets[rng.integers(self.offsets.size)] + rng.normal(0, self.spread)
+        level = self.typical + self.offsets[rng.integers(self.offsets.size)] + rng.normal(0, self.spread / 2)
         slope = self.slopes[rng.integers(self.slopes.size)]
 
         def rounds(start: int, n: int):

@@ -77,5 +77,7 @@ def verdicts_summary(verdicts: list[dict]) -> list[str]:
     for v in sorted(verdicts, key=lambda v: (OUTCOME_ORDER.index(v["outcome"]), v["claim_id"])):
         if v["outcome"] in ("warn", "fail"):
             note = "" if v.get("enforced", True) else " (report-only)"
+            if v.get("injected"):
+                note = f" (canary: {v['injected']:.0%} injected, {'caught' if v['outcome'] == 'fail' else 'MISSED'})"
             lines.append(f"{v['outcome'].upper()} {v['claim_id']}{note}: {v.get('reason', '')}")
     return lines
