@@ -66,8 +66,10 @@ class HpcnetSession:
                 Path(cluster.shared).mkdir(parents=True, exist_ok=True)
             self.cluster = cluster
             self.target = load_target(values["target"], where["target"])
+            # the suites' claims, then the cluster's own files (its bound overrides), then the user's
             self.claims: dict[str, Claim] = load_claims(
-                discover_claim_files(self.rootdir, self.args) + [Path(p) for p in values["claims"]])
+                discover_claim_files(self.rootdir, self.args) + list(cluster.claims)
+                + [Path(p) for p in values["claims"]])
         except BaseException:
             shutil.rmtree(self._tmp, ignore_errors=True)
             raise

@@ -62,6 +62,12 @@ def _string_list(value: Any, base: Path) -> frozenset[str]:
     return frozenset(value)
 
 
+def _path_list(value: Any, base: Path) -> tuple[Path, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise _Bad(f"must be a list of file paths, got {value!r}")
+    return tuple(base / v for v in value)
+
+
 def _addresses(value: Any, base: Path) -> dict[str, str]:
     if not isinstance(value, dict) or not value:
         raise _Bad(f"must be a table of network = \"address\", e.g. {{ eth = \"host1\" }}, got {value!r}")
@@ -94,6 +100,7 @@ def _kind(value: Any) -> str:
 _CLUSTER_FIELDS: dict[str, Callable] = {
     "name": _string, "launcher": _launcher, "workdir": _path, "shared": _path,
     "features": _string_list, "sysroot": _path, "controller": _addresses,
+    "claims": _path_list,
 }
 _NODE_FIELDS: dict[str, Callable] = {
     "name": _string, "host": _string, "addresses": _addresses, "workdir": _path, "shared": _path,
@@ -191,7 +198,8 @@ def load_inventory(path: Path) -> Cluster:
     else:
         controller, how = derive_controller(nodes)
     return Cluster(name=defaults.get("name", path.stem), nodes=tuple(nodes), source=str(path),
-                   shared=defaults.get("shared"), controller=controller, controller_source=how)
+                   shared=defaults.get("shared"), controller=controller, controller_source=how,
+                   claims=defaults.get("claims", ()))
 
 
 def derive_controller(nodes) -> tuple[dict[str, str], str]:

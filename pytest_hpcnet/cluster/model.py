@@ -38,6 +38,9 @@ class Cluster:
     # driver listens there), and where it came from: the inventory, or how it was derived.
     controller: dict[str, str] = field(default_factory=dict)
     controller_source: str = ""
+    # Claims files of this cluster's own (e.g. [[override]]s of shipped bounds, as ReFrame keeps
+    # per-system references), loaded after the suites' files.
+    claims: tuple[Path, ...] = ()
 
     def controller_address(self, network: str = "eth") -> str:
         """The address the nodes reach the controller at on ``network``."""
