@@ -15,7 +15,7 @@ from pytest_hpcnet.cli import main as hpcnet_main
 from pytest_hpcnet.crosscheck import Run, judge, parse_job, parse_rows, render, summarize
 from pytest_hpcnet.errors import ConfigError
 from pytest_hpcnet.targets import load_target
-from pytest_hpcnet.targets.hadoop import jobs, yarn
+from pytest_hpcnet.targets.hadoop import budget, jobs, yarn
 from pytest_hpcnet.targets.hadoop.minicluster import (MiniCluster, kill_tree, read_hadoop_xml,
                                                       write_client_conf)
 from pytest_hpcnet.targets.hadoop.runtime import HadoopRuntime, HadoopUnavailable, find_java, find_runtime
@@ -242,3 +242,29 @@ def test_crosscheck_command_rejects_bad_input_before_starting_anything(capsys):
     assert hpcnet_main(["crosscheck", "--target", "reference", "--config", "a", "--config", "b",
                         "--", "teragen", "1G"]) == 2
     assert "runs no external jobs" in capsys.readouterr().err
+
+
+def test_hadoop_tests_get_the_loaded_box_budget(pytester, run_hpcnet):
+    """pytest-timeout's budget for tests marked ``hadoop`` comes from budget.py (with room for the
+    MiniCluster's start-up on a loaded box); a test's own timeout marker still wins."""
+    assert budget.TEST_S > budget.MINICLUSTER_START_S
+    pytester.makepyfile(f"""
+        import pytest
+
+        def timeout(request):
+            return request.node.get_closest_marker("timeout")
+
+        @pytest.mark.hadoop
+        def test_marked(request):
+            assert timeout(request).args == ({budget.TEST_S},)
+
+        @pytest.mark.hadoop
+        @pytest.mark.timeout(7)
+        def test_own_budget(request):
+            assert timeout(request).args == (7,)
+
+        def test_unmarked(request):
+            assert timeout(request) is None
+    """)
+    result = run_hpcnet("--strict-markers")
+    result.assert_outcomes(passed=3)

@@ -31,6 +31,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ...errors import ConfigError, HpcnetError
+from .budget import MINICLUSTER_START_S
 from .runtime import HadoopRuntime, check_loopback_hostname
 
 # Small containers so an AM and two tasks fit on a 2-core, few-GB CI box; C1-only JIT and serial GC
@@ -149,7 +150,7 @@ def _alive(pid: int) -> bool:
 
 class MiniCluster:
     def __init__(self, runtime: HadoopRuntime, workdir: str | os.PathLike, *, nodemanagers: int = 2,
-                 datanodes: int = 2, overrides: dict | None = None, start_timeout: float = 420.0,
+                 datanodes: int = 2, overrides: dict | None = None, start_timeout: float = MINICLUSTER_START_S,
                  heap: str = "-Xmx1200m"):
         if runtime.jar_dir is None:
             raise ConfigError("the MiniCluster runs from the jar dir, not HADOOP_HOME (a real cluster is "
@@ -199,16 +200,16 @@ class MiniCluster:
 
     def _wait_ready(self, details: Path, written: Path) -> None:
         deadline = time.monotonic() + self.start_timeout
-        while not (details.exists() and details.stat().st_size):
-            self._check_alive("while starting")
-            if time.monotonic() > deadline:
-                raise MiniClusterError(f"not up after {self.start_timeout:.0f}s{self._log_tail()}")
+        while True:
+            try:
+                self.details = json.loads(details.read_text())
+                break
+            except (OSError, ValueError) as e:    # not there yet, or half written: a loaded box is slow
+                self._check_alive("while starting")
+                if time.monotonic() > deadline:
+                    raise MiniClusterError(f"not up after {self.start_timeout:.0f}s ({details}: {e})"
+                                           f"{self._log_tail()}") from None
             time.sleep(1)
-        time.sleep(0.5)   # the manager closes the file right after writing it
-        try:
-            self.details = json.loads(details.read_text())
-        except ValueError as e:
-            raise MiniClusterError(f"{details}: not JSON ({e})") from None
         self.conf = read_hadoop_xml(written)
         rm_conf = self.workdir / "rm-conf.xml"
         rm_conf.write_bytes(self._get("/conf", deadline))
