@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -16,8 +17,8 @@ from pytest_hpcnet.crosscheck import Run, judge, parse_job, parse_rows, render, 
 from pytest_hpcnet.errors import ConfigError
 from pytest_hpcnet.targets import load_target
 from pytest_hpcnet.targets.hadoop import budget, jobs, yarn
-from pytest_hpcnet.targets.hadoop.minicluster import (MiniCluster, kill_tree, read_hadoop_xml,
-                                                      write_client_conf)
+from pytest_hpcnet.targets.hadoop.minicluster import (MiniCluster, MiniClusterError, kill_tree, read_hadoop_xml,
+                                                      write_client_conf, write_hadoop_xml)
 from pytest_hpcnet.targets.hadoop.runtime import HadoopRuntime, HadoopUnavailable, find_java, find_runtime
 
 STATUS = """2026-11-30 08:22:18,038 WARN  [main] util.NativeCodeLoader - Unable to load native-hadoop library
@@ -175,6 +176,34 @@ def test_minicluster_rejects_bad_sizes_and_home_mode(tmp_path):
         MiniCluster(HadoopRuntime(java="java", jar_dir=tmp_path), tmp_path, nodemanagers=0)
     with pytest.raises(ConfigError, match="HADOOP_HOME"):
         MiniCluster(HadoopRuntime(java="java", hadoop_home=tmp_path), tmp_path)
+
+
+def test_minicluster_waits_out_a_half_written_details_file(tmp_path, monkeypatch):
+    """On a loaded box the manager may still be writing -writeDetails when we look: read it again."""
+    mc = MiniCluster(HadoopRuntime(java="java", jar_dir=tmp_path), tmp_path, start_timeout=30)
+    mc.conf_dir.mkdir()
+    details, written = tmp_path / "details.json", tmp_path / "manager-conf.xml"
+    write_hadoop_xml(written, {"fs.defaultFS": "hdfs://localhost:9"})
+    write_hadoop_xml(tmp_path / "rm.xml", {"mapreduce.framework.name": "yarn"})
+    monkeypatch.setattr(mc, "_get", lambda path, deadline: (tmp_path / "rm.xml").read_bytes())
+    monkeypatch.setattr(mc, "running_nodemanagers", lambda: 2)
+    mc.proc = subprocess.Popen(["sleep", "60"])
+    try:
+        details.write_text('{"namenode_port": 9, "resourcemanager')
+        later = threading.Timer(1.5, details.write_text, ['{"namenode_port": 9, "resourcemanager_port": 8}'])
+        later.start()
+        mc._wait_ready(details, written)
+        later.join()
+        assert mc.details == {"namenode_port": 9, "resourcemanager_port": 8}
+        assert read_hadoop_xml(mc.conf_dir / "core-site.xml")["mapreduce.framework.name"] == "yarn"
+        details.write_text("{half")
+        mc.proc.kill()
+        mc.proc.wait()
+        with pytest.raises(MiniClusterError, match="exited .* while starting"):
+            mc._wait_ready(details, written)
+    finally:
+        mc.proc.kill()
+        mc.proc.wait()
 
 
 def test_kill_tree_reaches_children_in_their_own_sessions(tmp_path):
