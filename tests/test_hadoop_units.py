@@ -179,7 +179,8 @@ def test_minicluster_rejects_bad_sizes_and_home_mode(tmp_path):
 
 
 def test_minicluster_waits_out_a_half_written_details_file(tmp_path, monkeypatch):
-    """On a loaded box the manager may still be writing -writeDetails when we look: read it again."""
+    """On a loaded box the manager may still be writing -writeDetails when we look: read it again. A
+    manager whose main thread died, or whose JVM exited, fails at once instead."""
     mc = MiniCluster(HadoopRuntime(java="java", jar_dir=tmp_path), tmp_path, start_timeout=30)
     mc.conf_dir.mkdir()
     details, written = tmp_path / "details.json", tmp_path / "manager-conf.xml"
@@ -197,6 +198,12 @@ def test_minicluster_waits_out_a_half_written_details_file(tmp_path, monkeypatch
         assert mc.details == {"namenode_port": 9, "resourcemanager_port": 8}
         assert read_hadoop_xml(mc.conf_dir / "core-site.xml")["mapreduce.framework.name"] == "yarn"
         details.write_text("{half")
+        mc.log_path.write_text('INFO starting\nException in thread "main" java.net.BindException: '
+                               'Address already in use\n')
+        t0 = time.monotonic()
+        with pytest.raises(MiniClusterError, match="main thread died while starting"):
+            mc._wait_ready(details, written)       # the JVM lives on, but it will never be ready
+        assert time.monotonic() - t0 < 10
         mc.proc.kill()
         mc.proc.wait()
         with pytest.raises(MiniClusterError, match="exited .* while starting"):

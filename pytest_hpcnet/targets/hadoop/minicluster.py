@@ -168,6 +168,7 @@ class MiniCluster:
         self.conf: dict[str, str] = {}
         self.conf_dir = self.workdir / "conf"
         self.log_path = self.workdir / "minicluster.log"
+        self._log_seen = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> "MiniCluster":
@@ -253,6 +254,22 @@ class MiniCluster:
         if self.proc is None or self.proc.poll() is not None:
             code = None if self.proc is None else self.proc.returncode
             raise MiniClusterError(f"MiniCluster JVM exited (status {code}) {when}{self._log_tail()}")
+        if self._main_thread_died():
+            raise MiniClusterError(f"MiniCluster's main thread died {when}; its JVM lives on in service "
+                                   f"threads but will never be ready{self._log_tail()}")
+
+    def _main_thread_died(self) -> bool:
+        """The manager starts everything from its main thread. When that throws (seen: a port another
+        process took first) HDFS's threads keep the JVM alive, and waiting would use up the whole
+        start-up budget; the log says ``Exception in thread "main"``. Reads only what is new."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, self._log_seen - 64))       # a little overlap: the phrase may straddle reads
+                chunk = f.read()
+                self._log_seen = f.tell()
+        except OSError:
+            return False
+        return b'Exception in thread "main"' in chunk
 
     def _log_tail(self, lines: int = 25) -> str:
         try:
