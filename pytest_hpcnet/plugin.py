@@ -15,6 +15,7 @@ from .hardware import FEATURES
 from .measure import Measurement, Paired
 from .report.terminal import measurements_table, verdicts_summary, verdicts_table
 from .session import HpcnetSession
+from .targets.hadoop.budget import TEST_S as HADOOP_TEST_S
 
 _KEY = pytest.StashKey[HpcnetSession]()
 _RESTORE = pytest.StashKey[object]()
@@ -103,11 +104,15 @@ def pytest_collection_modifyitems(session, config, items):
     hs = config.stash.get(_KEY, None)
     if hs is None:
         return
+    timeouts = config.pluginmanager.hasplugin("timeout")
     for item in items:
         hs.collected_paths.add(Path(item.path).resolve())
         required = [m.name for m in item.iter_markers() if m.name in FEATURES]
         if required and (reason := hs.skip_reason(required)):
             item.add_marker(pytest.mark.skip(reason=reason))
+        # A Hadoop test's budget holds on a loaded box and may include the MiniCluster's start-up.
+        if timeouts and item.get_closest_marker("hadoop") and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(HADOOP_TEST_S))
 
 
 # -- xdist: probes go out to workers, results come back (optional hooks: xdist may be absent) --------
