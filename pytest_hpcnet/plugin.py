@@ -52,6 +52,7 @@ def _settings(config) -> dict:
 OTHER_MARKERS = {
     "hadoop": "needs Apache Hadoop: Java and the jars of targets/hadoop (skipped with the reason otherwise)",
     "slow": "takes minutes rather than seconds (deselect with -m 'not slow')",
+    "slurm": "needs a real Slurm on this box (slurmctld, slurmd, munge; skipped with the reason otherwise)",
 }
 
 

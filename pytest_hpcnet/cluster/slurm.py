@@ -195,7 +195,9 @@ class SlurmLauncher:
         if node.name in self._checked:
             return
         timeout = float(_settings(node).get("connect_timeout", DEFAULT_CONNECT_TIMEOUT))
-        step = SlurmStep(self, node, ["true"], None, "/", job, f"{self.run_tag}-check-{next(self._seq)}")
+        # the node's Python too: its absence is one line from the step (see ssh.remote_command)
+        step = SlurmStep(self, node, [sys.executable, "-c", "pass"], None, "/", job,
+                         f"{self.run_tag}-check-{next(self._seq)}")
         try:
             code = step.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -203,8 +205,10 @@ class SlurmLauncher:
             raise LaunchError(f"node {node.name} (host {node.host}): slurm could not run a step there "
                               f"within {timeout:g}s: {_last_line(step.output()[1])}") from None
         if code != 0:
-            raise LaunchError(f"node {node.name} (host {node.host}): slurm step failed: "
-                              f"{_last_line(step.output()[1])}")
+            err = step.output()[1]
+            ours = [line for line in err.splitlines() if line.startswith(f"node {node.name} (")]
+            raise LaunchError(ours[0] if ours else
+                              f"node {node.name} (host {node.host}): slurm step failed: {_last_line(err)}")
         self._checked.add(node.name)
 
     def start(self, node, argv, *, env=None, cwd=None):

@@ -153,11 +153,26 @@ class EmbeddedSlurm:
         states = dict(line.split() for line in done.stdout.splitlines() if line.strip())
         return all(states.get(n.name, "").startswith("idle") for n in self.cluster.nodes)
 
+    def _responding(self, node_name: str) -> bool:
+        """The node answers slurmctld again (any state without the not-responding ``*``, not down)."""
+        done = subprocess.run(["sinfo", "-h", "-N", "-n", node_name, "-o", "%t"], capture_output=True,
+                              text=True, timeout=30, env={**os.environ, **self.env()})
+        state = done.stdout.strip()
+        return bool(state) and not state.endswith("*") and not state.startswith(("down", "drain", "fail"))
+
     def slurmd(self, node_name: str) -> LocalProcess:
         for d in self.daemons:
             if d.node.name == node_name and "slurmd" in " ".join(d.argv):
                 return d
         raise KeyError(node_name)
+
+    def restart_slurmd(self, node_name: str) -> None:
+        """Start ``node_name``'s slurmd again (after a test killed it) and wait until it is idle."""
+        old = self.slurmd(node_name)
+        old.kill(grace=2.0)
+        self.daemons.remove(old)
+        self.daemons.append(LocalProcess(old.node, old.argv, self.env(), self.root, self.root / "log"))
+        self._wait(lambda: self._responding(node_name), None, f"slurmd on {node_name} to come back", 90)
 
     def write_inventory(self, path: Path, *, name: str = "slurm-netns", sysroot: Path | None = None,
                         features=(), python: str | None = None) -> Path:
