@@ -175,10 +175,10 @@ class EmbeddedSlurm:
         self._wait(lambda: self._responding(node_name), None, f"slurmd on {node_name} to come back", 90)
 
     def write_inventory(self, path: Path, *, name: str = "slurm-netns", sysroot: Path | None = None,
-                        features=(), python: str | None = None) -> Path:
+                        features=(), python: str | None = None, networks=("eth",)) -> Path:
         return write_inventory(path, self.cluster, name=name, launcher="slurm",
                                settings={"slurm": {"conf": str(self.conf), "partition": self.partition}},
-                               sysroot=sysroot, features=features, python=python)
+                               sysroot=sysroot, features=features, python=python, networks=networks)
 
     def stop(self) -> None:
         for daemon in reversed(self.daemons):   # slurmds, slurmctld, then munged

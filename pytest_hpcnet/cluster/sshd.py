@@ -110,10 +110,10 @@ class EmbeddedSshd:
 
     def write_inventory(self, path: Path, *, name: str = "sshd-netns", launcher: str = "ssh",
                         sysroot: Path | None = None, features=(), python: str | None = None,
-                        extra_nodes: list[dict] | None = None) -> Path:
+                        extra_nodes: list[dict] | None = None, networks=("eth",)) -> Path:
         return write_inventory(path, self.cluster, name=name, launcher=launcher,
                                settings={"ssh": self.ssh_settings()}, sysroot=sysroot, features=features,
-                               python=python, extra_nodes=extra_nodes)
+                               python=python, extra_nodes=extra_nodes, networks=networks)
 
     def stop(self) -> None:
         for daemon in self.daemons:
@@ -141,11 +141,14 @@ def _toml(value) -> str:
 
 def write_inventory(path: Path, cluster: Cluster, *, name: str, launcher: str, settings: dict | None = None,
                     sysroot: Path | None = None, features=(), python: str | None = None,
-                    extra_nodes: list[dict] | None = None) -> Path:
+                    extra_nodes: list[dict] | None = None, networks=("eth",)) -> Path:
     """A TOML inventory naming ``cluster``'s hosts (addresses, work dirs, shared dir, controller) with
-    another launcher: what a user writes for a real cluster, generated for the embedded one."""
+    another launcher: what a user writes for a real cluster, generated for the embedded one. Every
+    network in ``networks`` (e.g. ``eth, ib``) is the same netns link: a rehearsal of a cluster whose
+    nodes have an IPoIB address, not a second fabric."""
+    controller = {net: cluster.controller_address() for net in networks}
     lines = ["[cluster]", f"name = {_toml(name)}", f"launcher = {_toml(launcher)}",
-             f"shared = {_toml(str(cluster.shared))}", f"controller = {_toml(dict(cluster.controller))}",
+             f"shared = {_toml(str(cluster.shared))}", f"controller = {_toml(controller)}",
              f"python = {_toml(python or sys.executable)}"]
     if sysroot is not None:
         lines.append(f"sysroot = {_toml(str(sysroot))}")
@@ -153,7 +156,8 @@ def write_inventory(path: Path, cluster: Cluster, *, name: str, launcher: str, s
         lines.append(f"features = {_toml(list(features))}")
     for table, values in (settings or {}).items():
         lines += ["", f"[cluster.{table}]"] + [f"{k} = {_toml(v)}" for k, v in values.items()]
-    nodes = [{"name": n.name, "host": n.host, "addresses": dict(n.addresses), "workdir": str(n.workdir)}
+    nodes = [{"name": n.name, "host": n.host, "addresses": {net: n.address() for net in networks},
+              "workdir": str(n.workdir)}
              for n in cluster.nodes] + list(extra_nodes or [])
     for node in nodes:
         lines += ["", "[[nodes]]"] + [f"{k} = {_toml(v)}" for k, v in node.items() if not isinstance(v, dict)
