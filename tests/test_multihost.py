@@ -344,3 +344,45 @@ def test_vendor_ci_rehearsal_reaches_a_verdict_for_every_seed000_claim(slurm, tm
         assert v["outcome"] in ("pass", "warn", "fail", "n/a"), (claim_id, v["outcome"], v["reason"])
         if v["outcome"] == "n/a":
             assert "pyverbs" in v["reason"], v["reason"]
+
+
+# --- a launched process's kill ends its remote group; --hpcnet-cluster=slurm inside salloc ---------------
+
+def test_ssh_kill_ends_the_remote_process_group(ssh_inventory, tmp_path):
+    cluster = load_cluster(str(ssh_inventory), tmp_path)
+    with Launchers(cluster, tmp_path / "logs") as launchers:
+        proc = launchers.start(cluster.nodes[1], ["sh", "-c", "sleep 60 & echo $!; wait"])
+        deadline = time.monotonic() + 20
+        while not proc.output()[0].strip():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.output()
+            time.sleep(0.02)
+        grandchild = int(proc.output()[0].split()[0])
+        assert _alive(grandchild)
+        proc.kill()
+        deadline = time.monotonic() + 10
+        while _alive(grandchild) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(grandchild), "the remote program's child outlived kill()"
+
+
+INSIDE_ALLOCATION = textwrap.dedent('''
+    import os
+
+    def test_nodes_come_from_the_allocation(cluster, launchers):
+        assert cluster.source == "slurm" and len(cluster.nodes) == 4
+        for node in cluster.nodes:
+            code, out, err = launchers.run(node, ["ip", "-o", "-4", "addr", "show", "eth0"], timeout=60)
+            assert code == 0 and f"inet {node.host}/" in out, (node, out, err)
+''')
+
+
+@pytest.mark.slurm
+def test_hpcnet_cluster_slurm_inside_salloc(slurm, tmp_path):
+    (tmp_path / "test_inside.py").write_text(INSIDE_ALLOCATION)
+    env = inner_env(**slurm.env(), HPCNET_SHARED=str(tmp_path / "shared"), HPCNET_WORKDIR=str(tmp_path / "work"))
+    done = subprocess.run(["salloc", "-N", "4", "--immediate=30", sys.executable, "-m", "pytest", "-p",
+                           "no:cacheprovider", "-p", "no:xdist", "-q", "test_inside.py", "--hpcnet-cluster=slurm",
+                           f"--hpcnet-report={tmp_path / 'report'}"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "1 passed" in done.stdout
