@@ -217,6 +217,15 @@ class SshProcess:
         return self._client.output()
 
 
+def _remove_stale_socket_dirs() -> None:
+    """Control-socket dirs of controllers that died without ``close()`` (SIGKILL): their masters were
+    killed by the reaper, the dirs stay. Named ``hpcnet-ssh-<pid>-*``; a dead pid's dir goes."""
+    for d in Path(tempfile.gettempdir()).glob("hpcnet-ssh-*-*"):
+        pid = d.name.split("-")[2]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(d, ignore_errors=True)
+
+
 @register
 class SshLauncher:
     """Nodes are machines reachable with key-based ``ssh``; per-node settings come from ``[nodes.ssh]``."""
@@ -244,7 +253,8 @@ class SshLauncher:
             master = self._masters.get(key)
             if master is None or master.proc.poll() is not None:
                 if self._sockets is None:
-                    self._sockets = tempfile.mkdtemp(prefix="hpcnet-ssh-")
+                    _remove_stale_socket_dirs()
+                    self._sockets = tempfile.mkdtemp(prefix=f"hpcnet-ssh-{os.getpid()}-")
                 socket = os.path.join(self._sockets, f"m{len(self._masters)}")
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(socket)
