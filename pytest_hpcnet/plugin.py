@@ -53,6 +53,7 @@ def _settings(config) -> dict:
 OTHER_MARKERS = {
     "hadoop": "needs Apache Hadoop: Java and the jars of targets/hadoop (skipped with the reason otherwise)",
     "slow": "takes minutes rather than seconds (deselect with -m 'not slow')",
+    "slurm": "needs a real Slurm on this box (slurmctld, slurmd, munge; skipped with the reason otherwise)",
 }
 
 
@@ -237,14 +238,16 @@ def claim(request, hpcnet):
 
     ``paired`` is a ``measure.Paired`` that names its metric (``measure.paired(..., metric=...)``);
     ``baseline`` and ``candidate`` are ``measure.Series`` or ``Measurement``s. Samples of another metric
-    or configuration than the claim names fail the test. A failed claim fails the test (it only warns
+    or configuration than the claim names fail the test. ``requires``: features the claim's
+    configurations need besides its markers (n/a where absent, before anything runs: pass None as
+    ``baseline``). A failed claim fails the test (it only warns
     for a report-only claim or under ``--hpcnet-verdicts report``); n/a skips it; a warn warns
     (``ClaimWarning``), or fails under ``--hpcnet-strict-warn``. Under ``--hpcnet-canary`` an enforced
     local gate must FAIL, and the test fails if it does not.
     """
-    def check(claim_id: str, baseline, candidate=None):
+    def check(claim_id: str, baseline, candidate=None, *, requires=()):
         try:
-            verdict = hpcnet.check_claim(claim_id, baseline, candidate)
+            verdict = hpcnet.check_claim(claim_id, baseline, candidate, requires=requires)
         except (KeyError, ValueError, TypeError) as e:
             problem = str(e.args[0]) if e.args else str(e)
         else:

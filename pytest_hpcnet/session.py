@@ -111,17 +111,20 @@ class HpcnetSession:
     def record(self, m: Measurement) -> None:
         self.measurements.append(m)
 
-    def check_claim(self, claim_id: str, baseline, candidate=None) -> Verdict:
+    def check_claim(self, claim_id: str, baseline, candidate=None, requires=()) -> Verdict:
         """Evaluate a claim on a ``Paired`` (more rounds are taken while its CI straddles a bound, up to
         ``max_rounds``) or on two sides (``measure.Series``/``Measurement``); n/a without running
-        anything if hardware is absent. Under the canary an enforced local gate's candidate is made
+        anything if hardware is absent (the claim's markers, and ``requires``: what its configurations
+        need, e.g. ``hardware.config_features``). Under the canary an enforced local gate's candidate is made
         worse first; every local claim's sensitivity is recorded."""
         claim = self.claims.get(claim_id)
         if claim is None:
             raise KeyError(f"no claim {claim_id!r} is loaded (known: {', '.join(sorted(self.claims)) or 'none'})")
-        missing = self.missing(claim.markers)
+        missing = self.missing([*claim.markers, *requires])
         if missing:
             verdict = not_applicable(claim, missing)
+            if set(missing) - set(claim.markers):
+                verdict.reason += f" (its configurations need {', '.join(sorted(set(requires)))})"
         else:
             injected = self.canary if self.canary and self.is_gate(claim) else 0.0
             if isinstance(baseline, Paired) and claim.kind == "absolute":

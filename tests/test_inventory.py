@@ -195,3 +195,47 @@ def test_a_controller_without_addresses_is_refused(tmp_path):
     path.write_text('[cluster]\ncontroller = {}\n' + GOOD_NODE)
     with pytest.raises(ConfigError, match=r"\[cluster\], field 'controller'"):
         load_inventory(path)
+
+
+def test_python_key_is_inherited_and_a_node_may_name_its_own(tmp_path):
+    cluster = load_inventory(write(tmp_path, """
+        [cluster]
+        launcher = "slurm"
+        workdir = "/scratch"
+        python = "/opt/venv/bin/python"
+        [cluster.slurm]
+        partition = "batch"
+        connect_timeout = 5
+        [[nodes]]
+        name = "a"
+        host = "a.example"
+        [[nodes]]
+        name = "b"
+        host = "b.example"
+        python = "/usr/bin/python3.11"
+    """))
+    assert [n.python for n in cluster.nodes] == ["/opt/venv/bin/python", "/usr/bin/python3.11"]
+    assert cluster.nodes[0].extra["slurm"] == {"partition": "batch", "connect_timeout": 5}
+
+
+def test_slurm_outside_an_allocation_says_so(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)
+    with pytest.raises(ConfigError, match="inside a Slurm allocation"):
+        load_cluster("slurm", tmp_path)
+
+
+def test_node_argv_swaps_the_controllers_interpreter_for_the_nodes():
+    import sys
+    from pytest_hpcnet.cluster.launcher import node_argv
+    from pytest_hpcnet.cluster.model import Node
+    node = Node(name="a", host="h", addresses={}, workdir=Path("/w"), python="/opt/py")
+    assert node_argv(node, [sys.executable, "-m", "x"]) == ["/opt/py", "-m", "x"]
+    assert node_argv(node, ["sh", sys.executable]) == ["sh", sys.executable]
+    plain = Node(name="a", host="h", addresses={}, workdir=Path("/w"))
+    assert node_argv(plain, [sys.executable]) == [sys.executable]
+
+
+def test_config_features_of_verbs_configurations():
+    from pytest_hpcnet.hardware import config_features
+    assert config_features("transport=tcp,net=ib", "transport=verbs,net=ib") == ["pyverbs", "rdma"]
+    assert config_features("transport=tcp,net=eth") == []

@@ -7,6 +7,8 @@
     shared = "/lustre/hpcnet"     # a directory every node sees (Lustre, NFS, ...)
     features = ["ib_qdr"]         # declared by hand, added to every node's own list
     sysroot = "/"                 # where the hardware probe reads /sys and /proc
+    python = "/opt/venv/bin/python"   # the interpreter on the nodes (ssh, slurm); default: this
+                                  # process's own path (a shared install)
     controller = { eth = "10.0.0.100", ib = "192.168.1.100" }   # where nodes reach this host (per
                                   # network); default: the source address this host uses to reach the
                                   # first node's address on that network
@@ -99,17 +101,24 @@ def _kind(value: Any) -> str:
 
 _CLUSTER_FIELDS: dict[str, Callable] = {
     "name": _string, "launcher": _launcher, "workdir": _path, "shared": _path,
-    "features": _string_list, "sysroot": _path, "controller": _addresses,
+    "features": _string_list, "sysroot": _path, "controller": _addresses, "python": _string,
     "claims": _path_list,
 }
 _NODE_FIELDS: dict[str, Callable] = {
     "name": _string, "host": _string, "addresses": _addresses, "workdir": _path, "shared": _path,
-    "features": _string_list, "launcher": _launcher, "sysroot": _path,
+    "features": _string_list, "launcher": _launcher, "sysroot": _path, "python": _string,
 }
 _NODE_REQUIRED = ("name", "host", "workdir")  # workdir may also come from [cluster]
 
 # A launcher declares its settings as ``settings = {"port": int, "user": str, "identity_file": Path}``.
-_SETTING_CONVERTERS: dict[type, Callable] = {str: _string, int: _integer, Path: _path, list: _string_list}
+_SETTING_CONVERTERS: dict[type, Callable] = {str: _string, int: _integer, Path: _path, list: _string_list,
+                                             bool: lambda v, base: _boolean(v, base)}
+
+
+def _boolean(value: Any, base: Path) -> bool:
+    if not isinstance(value, bool):
+        raise _Bad(f"must be true or false, got {_kind(value)} {value!r}")
+    return value
 
 
 class _Table:

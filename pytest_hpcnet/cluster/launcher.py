@@ -12,6 +12,7 @@ import atexit
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import weakref
@@ -49,6 +50,15 @@ def register(cls):
     return cls
 
 
+def node_argv(node: Node, argv: Sequence[str]) -> list[str]:
+    """``argv`` for ``node``: the controller's interpreter (``sys.executable``, what the workloads start)
+    becomes the node's ``python`` from the inventory, if it names one."""
+    argv = [str(a) for a in argv]
+    if argv and node.python and argv[0] == sys.executable:
+        argv[0] = node.python
+    return argv
+
+
 def launcher_for(name: str, where: str | None = None):
     try:
         return LAUNCHERS[name]
@@ -78,7 +88,8 @@ def run(launcher: Launcher, node: Node, argv: Sequence[str], *, timeout: float =
 class LocalProcess:
     """A subprocess in its own process group, with output captured to files (no pipe can fill up)."""
 
-    def __init__(self, node: Node, argv: Sequence[str], env, cwd, logdir: Path, stdin_data: bytes | None = None):
+    def __init__(self, node: Node, argv: Sequence[str], env, cwd, logdir: Path, stdin_data: bytes | None = None,
+                 keep_stdin: bool = False):
         self.node, self.argv = node, list(map(str, argv))
         fd_out, self._out_path = tempfile.mkstemp(prefix=f"{node.name}-", suffix=".out", dir=logdir)
         fd_err, self._err_path = tempfile.mkstemp(prefix=f"{node.name}-", suffix=".err", dir=logdir)
@@ -88,7 +99,8 @@ class LocalProcess:
         full_env.update(reaper.run_env())   # marks the process as this run's: see reaper
         try:
             self.popen = subprocess.Popen(self.argv, stdout=fd_out, stderr=fd_err,
-                                          stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
+                                          stdin=subprocess.PIPE if stdin_data is not None or keep_stdin
+                                          else subprocess.DEVNULL,
                                           env=full_env, cwd=cwd or node.workdir, start_new_session=True)
         except OSError as e:
             raise LaunchError(f"cannot start {self.argv[0]!r} on node {node.name}: {e}") from None
@@ -98,9 +110,20 @@ class LocalProcess:
         if stdin_data is not None:     # e.g. secrets for a remote command: never on a command line
             try:
                 self.popen.stdin.write(stdin_data)
-                self.popen.stdin.close()
+                self.popen.stdin.flush()
+                if not keep_stdin:
+                    self.popen.stdin.close()
             except OSError:
                 pass                   # it exited already; poll()/output() say why
+        # keep_stdin: the pipe stays open while this process (the controller) lives; its end (close_stdin,
+        # or the controller's death, however it dies) is what a remote side watches for (see ssh).
+
+    def close_stdin(self) -> None:
+        if self.popen.stdin is not None and not self.popen.stdin.closed:
+            try:
+                self.popen.stdin.close()
+            except OSError:
+                pass
 
     @property
     def pid(self) -> int:
@@ -118,6 +141,7 @@ class LocalProcess:
             # We reaped the leader earlier, yet its pid is in use: the kernel only hands out a pid that
             # is no longer any group's id, so our group is empty and this group is someone else's.
             return
+        self.close_stdin()
         if self.popen.poll() is None:
             _signal_group(self.popen.pid, signal.SIGTERM)
             try:

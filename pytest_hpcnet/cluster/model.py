@@ -19,6 +19,9 @@ class Node:
     # Root the hardware probe reads /sys and /proc under; "/" on real nodes, a canned tree in tests.
     sysroot: Path = Path("/")
     extra: dict = field(default_factory=dict)  # launcher-specific settings (ssh user, port, ...)
+    # The interpreter remote launchers (ssh, slurm) start instead of the controller's sys.executable;
+    # None: the same path (a shared install). Inventory key ``python``.
+    python: str | None = None
 
     def address(self, network: str = "eth") -> str:
         try:

@@ -10,7 +10,9 @@ forks.
   exception, by SIGTERM or by SIGKILL -- the kernel closes that end, the reaper reads EOF, kills every
   process on this host whose environment carries the token (SIGTERM, then SIGKILL after a grace
   period), deletes the network namespaces the controller registered (``watch_namespace``) and exits.
-  On a normal exit the controller has already stopped everything and the reaper finds nothing to do.
+  It first runs the shell commands the controller registered (``watch_command``: ``scancel`` of Slurm
+  steps and allocations). On a normal exit the controller has already stopped everything and the reaper
+  finds nothing to do.
 - The **watchdog** (``start_watchdog()``), called by long-running servers (engine workers, DFS metadata
   service and datanodes, RPC servers), checks once a second that the controller named in
   ``HPCNET_CONTROLLER`` still exists (same pid *and* start time, so a reused pid does not count) and
@@ -109,6 +111,18 @@ def watch_link(name: str) -> None:
     _send(f"link {name}")
 
 
+def watch_command(line: str) -> None:
+    """The reaper runs the shell command ``line`` (one line) if this controller dies before
+    ``forget_command(line)``: e.g. ``scancel`` of a Slurm allocation or of the run's job steps, which
+    live under slurmd, on other machines, where killing local processes does not reach."""
+    _send(f"cmd {line}")
+
+
+def forget_command(line: str) -> None:
+    if os.getpid() in _state:
+        _send(f"done {line}")
+
+
 def processes_of(token: str) -> list[int]:
     """Pids on this host whose environment carries ``HPCNET_RUN=token``."""
     needle = f"{RUN_ENV}={token}".encode()
@@ -192,14 +206,21 @@ def reap(token: str, stream) -> None:
     """The reaper's body: read registrations until EOF (the controller is gone), then clean up."""
     namespaces: list[str] = []
     links: list[str] = []
+    commands: list[str] = []
     for raw in stream:
         kind, _, name = raw.decode(errors="replace").strip().partition(" ")
-        if kind in ("ns", "link") and name not in namespaces + links:
-            (namespaces if kind == "ns" else links).append(name)
+        if kind in ("ns", "link", "cmd") and name not in namespaces + links + commands:
+            {"ns": namespaces, "link": links, "cmd": commands}[kind].append(name)
         elif kind == "done":
-            for known in (namespaces, links):
+            for known in (namespaces, links, commands):
                 if name in known:
                     known.remove(name)
+    for line in commands:     # first: a Slurm step's tasks are not this host's processes
+        try:
+            subprocess.run(["sh", "-c", line], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
     kill_run(token)
     for name in links:
         delete_link(name)
