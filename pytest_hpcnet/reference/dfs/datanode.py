@@ -25,13 +25,14 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from ...timeouts import scaled
 from ..transport import TransportError, get_transport
 from .blockfiles import BlockDir
 from .errors import ChecksumError, DfsError, ProtocolError
 from .server import log, serve_forever
 from .wire import MAX_MESSAGE, PACKET_SIZE, decode, decode_request, encode, request, verify_chunks
 
-CONNECT_TIMEOUT = 10.0
+CONNECT_TIMEOUT = scaled(10.0)
 PACKET_TIMEOUT = 60.0     # an upstream that goes quiet this long is treated as gone
 BLOCK_LOCK_TIMEOUT = 30.0
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import threading
 
+from ...timeouts import scaled
 from ..transport import TransportError
 from .errors import DfsWriteError, ProtocolError
 from .wire import MAX_MESSAGE, chunk_crcs, decode, encode
@@ -42,7 +43,7 @@ class _Pipeline:
         """Connect, set the pipeline up and resend what the previous pipeline left unacknowledged."""
         head, rest = self.targets[0], self.targets[1:]
         try:
-            self.conn = self.client.transport.connect(tuple(head["address"]), timeout=10.0)
+            self.conn = self.client.transport.connect(tuple(head["address"]), timeout=scaled(10.0))
             self.conn.send(encode({"op": "write_block", "block": self.block["id"], "gen": self.gen,
                                    "offset": self.acked, "bpc": self.client.bpc, "index": 0,
                                    "targets": [t["address"] for t in rest]}))

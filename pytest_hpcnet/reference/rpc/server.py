@@ -39,6 +39,7 @@ from typing import Callable
 
 from google.protobuf.message import DecodeError
 
+from ...timeouts import scaled
 from ..transport import FrameTooLarge, TransportClosed, TransportError, TransportTimeout, get_transport
 from . import wire
 
@@ -136,8 +137,8 @@ class RpcServer:
 
     def __init__(self, transport: str = "tcp", host: str = "127.0.0.1", port: int = 0,
                  buffers: str = "pooled", handlers: int = 4, max_data_length: int = wire.MAX_DATA_LENGTH,
-                 protocol: str = wire.ECHO_PROTOCOL, handshake_timeout: float = 10.0,
-                 write_timeout: float = 30.0, queue_size_per_handler: int = 100, dispatch: str = "auto"):
+                 protocol: str = wire.ECHO_PROTOCOL, handshake_timeout: float | None = None,
+                 write_timeout: float | None = None, queue_size_per_handler: int = 100, dispatch: str = "auto"):
         from ...errors import ConfigError
         if handlers < 1:
             raise ConfigError(f"need at least one handler, got {handlers}", where="handlers")
@@ -150,7 +151,9 @@ class RpcServer:
         self._listener = self._transport.listen(host, port, buffers=buffers)
         self.address = tuple(self._listener.address)
         self.max_data_length, self.protocol = max_data_length, protocol
-        self.handshake_timeout, self.write_timeout = handshake_timeout, write_timeout
+        # defaults 10 s and 30 s, times this machine's timeout scale (pytest_hpcnet.timeouts)
+        self.handshake_timeout = scaled(10.0) if handshake_timeout is None else handshake_timeout
+        self.write_timeout = scaled(30.0) if write_timeout is None else write_timeout
         self.methods: dict[str, Method] = {
             "echo": Method(wire.EchoRequestProto, lambda r: wire.EchoResponseProto(payload=r.payload),
                            inline=True),

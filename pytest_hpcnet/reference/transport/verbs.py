@@ -63,6 +63,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Sequence
 
+from ...timeouts import scaled
 from ..buffers import Bytes, make_buffers
 from .base import (DEFAULT_TIMEOUT, RemoteRegion, StreamConnection, TransportClosed, TransportError,
                    TransportTimeout, deadline_of)
@@ -83,7 +84,7 @@ PROBE_IDLE = 1.0                # first idle probe; each further one waits twice
 PROBE_MAX = 8.0                 # ... up to this, until the connection carries messages again
 QP_TIMEOUT = 16                 # 4.096 us * 2^16 = 268 ms per try; with RETRY tries a dead peer shows in ~2 s
 RETRY = 6
-CONNECT_TIMEOUT_MS = 5000
+CONNECT_TIMEOUT_MS = int(scaled(5000))   # rdma_cm's address and route resolution
 ACCEPT_SLICE = 0.2              # an accept() waiting for a connection looks for close() this often
 CREDIT_BATCH = RECV_DEPTH // 4
 _SEND_BASE, _RDMA_BASE, _CREDIT_WR = 1 << 16, 1 << 32, (1 << 48)
