@@ -74,8 +74,11 @@ rdma link add {RDMA_DEVICE} type rxe netdev {NETDEV} || echo "hpcnet-init: rdma 
 rdma link show
 echo "{READY} at $(cut -d' ' -f1 /proc/uptime) s"
 cd {workdir}
+: > {results}/output.txt; tail -f {results}/output.txt > /dev/console 2>&1 &   # progress, live on the serial log
+tailer=$!
 sh -c {shlex.quote(command)} > {results}/output.txt 2>&1
 rc=$?
+sleep 1; kill $tailer
 tail -n 60 {results}/output.txt
 echo {BEGIN}
 tar -C {results} -czf - . | base64 -w 76

@@ -140,7 +140,7 @@ def test_peer_process_killed_is_a_closed_error_not_a_hang(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal
         from pytest_hpcnet.reference.transport import get_transport
-        c = get_transport("verbs").connect({listener.address!r}, timeout=WAIT)
+        c = get_transport("verbs").connect({listener.address!r}, timeout={WAIT})
         c.send([b"hello"])
         os.kill(os.getpid(), signal.SIGKILL)
     """)

@@ -52,9 +52,10 @@ class RpcClient:
                  protocol: str = wire.ECHO_PROTOCOL, timeout: float | None = None,
                  connect_timeout: float | None = None, user: str | None = None,
                  max_data_length: int = wire.MAX_DATA_LENGTH, client_id: bytes | None = None):
-        # defaults: a call answers within 30 s and a connection is up within 10 s, times this
-        # machine's timeout scale (HPCNET_TIMEOUT_SCALE, set in the emulated guest)
-        timeout = scaled(30.0) if timeout is None else timeout
+        # defaults: a call answers within 30 s (how long a hung server takes to notice: not scaled)
+        # and a connection is up within 10 s times this machine's timeout scale
+        # (HPCNET_TIMEOUT_SCALE: under emulation one rdma_cm connection alone can take seconds)
+        timeout = 30.0 if timeout is None else timeout
         connect_timeout = scaled(10.0) if connect_timeout is None else connect_timeout
         self.address, self.protocol, self.timeout = tuple(address), protocol, timeout
         self.max_data_length = max_data_length

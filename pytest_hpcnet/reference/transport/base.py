@@ -31,7 +31,7 @@ from ...errors import HpcnetError
 from ...timeouts import scaled
 from ..buffers import Bytes, NaiveBuffers, PooledBuffers, Received
 
-DEFAULT_TIMEOUT = scaled(30.0)   # a connection's blocking calls without a timeout of their own
+DEFAULT_TIMEOUT = 30.0   # not scaled: it is also how long a caller takes to notice a silent peer
 LENGTH = struct.Struct(">I")
 MAX_FRAME = 0xFFFFFFFF
 
