@@ -27,6 +27,7 @@ from pathlib import Path
 
 from .. import auth
 from ...cluster.reaper import start_watchdog
+from ...timeouts import scaled
 from ..transport import TransportError, get_transport
 from .blockfiles import BlockDir, BlockWriter
 from .errors import ChecksumError, DfsError, ProtocolError
@@ -34,7 +35,7 @@ from ..serving import DEFAULT_LIMITS
 from .server import log, serve_forever
 from .wire import MAX_MESSAGE, PACKET_SIZE, decode, decode_request, encode, request, verify_chunks
 
-CONNECT_TIMEOUT = 10.0
+CONNECT_TIMEOUT = scaled(10.0)
 PACKET_TIMEOUT = 60.0     # an upstream that goes quiet this long is treated as gone
 BLOCK_LOCK_TIMEOUT = 30.0
 IDLE_TIMEOUT = DEFAULT_LIMITS.idle_timeout   # between requests on a connection
