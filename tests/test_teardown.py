@@ -17,6 +17,9 @@ import pytest
 from pytest_hpcnet.cluster import netns, reaper
 
 LEFT_WITHIN = 30.0
+# A catchable signal: pytest tears down by itself, deleting its namespaces one by one; each deletion
+# waits for the kernel (an RCU grace period), which on a loaded 2-core box has taken 10 s and more.
+OWN_TEARDOWN = 180.0
 
 INNER = textwrap.dedent('''
     import os, time
@@ -77,7 +80,7 @@ def test_killed_pytest_leaves_nothing(tmp_path, cluster_spec, sig):
         started = reaper.processes_of_controller(proc.pid)
         assert len(started) >= 2, "the run's engine workers are not running"
         proc.send_signal(sig)
-        proc.wait(60)
+        proc.wait(OWN_TEARDOWN)
     finally:
         if proc.poll() is None:
             proc.kill()
