@@ -72,13 +72,15 @@ hadoop-target: setup hadoop-jars
 # Every suite on a netns:4 cluster: four hosts, each its own network namespace, address and work dir,
 # the controller on the bridge's port in the root namespace. Needs root (CI is); elsewhere it says why
 # it skips. The run record must list 4 nodes with 4 different addresses. Records go to .hpcnet/netns.
+# Claims are reported, not enforced, here: this run shares the machine between two workers, and the
+# local gates are enforced where they are measured alone (make gates).
 NETNS_SUITES ?= $(SUITES)
 netns-suites: setup
 	@if [ "$$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then \
 	    echo "make netns-suites: skipped: netns clusters need root (euid 0) and iproute2's ip and tc"; exit 0; fi; \
 	rm -rf .hpcnet/netns; \
 	$(PY) -m pytest $(NETNS_SUITES) -p no:cacheprovider -n 2 --dist loadfile -q --hpcnet-cluster=netns:4 \
-	    --hpcnet-report=.hpcnet/netns $(PYTEST_ARGS); status=$$?; \
+	    --hpcnet-verdicts=report --hpcnet-report=.hpcnet/netns $(PYTEST_ARGS); status=$$?; \
 	if [ $$status = 5 ]; then echo "make netns-suites: pytest collected no tests" >&2; fi; \
 	$(PY) -m pytest_hpcnet.results check-nodes .hpcnet/netns 4 || status=1; exit $$status
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+
 from pytest_hpcnet.cluster import load_cluster, netns
 from pytest_hpcnet.cluster.pool import Launchers, finish
 from pytest_hpcnet.errors import ConfigError, LaunchError
@@ -39,6 +40,12 @@ def root_links() -> set[str]:
     out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
     return {line.split(":")[1].strip().split("@")[0] for line in out.splitlines()}
 
+
+
+def _default_sigint():
+    """A shell starts background jobs with SIGINT ignored and children inherit that (a CI run started
+    with ``&``): the interrupted child must get Ctrl-C as a user's terminal would deliver it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 def test_without_root_the_error_says_what_is_needed(monkeypatch, tmp_path):
     monkeypatch.setattr(netns, "available", lambda: False)
@@ -186,7 +193,7 @@ _CTRL_C = textwrap.dedent("""
 def test_ctrl_c_tears_down(tmp_path, sig):
     """Ctrl-C: atexit tears down; SIGKILL: the reaper does (the process cannot)."""
     proc = subprocess.Popen([sys.executable, "-c", _CTRL_C, str(tmp_path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO)
+                            stderr=subprocess.PIPE, text=True, cwd=REPO, preexec_fn=_default_sigint)
     try:
         names = proc.stdout.readline().split()
         assert len(names) == 2, proc.stderr.read()
