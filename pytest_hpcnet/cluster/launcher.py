@@ -9,6 +9,7 @@ so ``close()`` can kill it all: the plugin calls it on success, failure and Ctrl
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import subprocess
@@ -108,13 +109,12 @@ class LocalProcess:
             os.close(fd_out)
             os.close(fd_err)
         if stdin_data is not None:     # e.g. secrets for a remote command: never on a command line
-            try:
+            # OSError: it exited already, and poll()/output() say why
+            with contextlib.suppress(OSError):
                 self.popen.stdin.write(stdin_data)
                 self.popen.stdin.flush()
                 if not keep_stdin:
                     self.popen.stdin.close()
-            except OSError:
-                pass                   # it exited already; poll()/output() say why
         # keep_stdin: the pipe stays open while this process (the controller) lives; its end (close_stdin,
         # or the controller's death, however it dies) is what a remote side watches for (see ssh).
 

@@ -192,10 +192,8 @@ class Engine:
                 p = _Pending(sock, Channel(sock), auth.ServerHandshake(), time.monotonic() + HELLO_TIMEOUT)
                 sock.sendall(p.hs.greeting())
                 pending.append(p)
-            except socket.timeout:
+            except OSError:        # socket.timeout: no one came; any other: that peer is gone already
                 pass
-            except OSError:
-                pass                                           # that peer is gone already
             for p in list(pending):
                 try:
                     w = self._hello_from(p)
