@@ -180,6 +180,26 @@ def _signal_group(pgid: int, sig: int) -> None:
 _LIVE: "weakref.WeakSet[LocalLauncher]" = weakref.WeakSet()
 
 
+class ClientProcess:
+    """A process on another machine seen through a local client process (``ssh``, ``srun``): pid, poll,
+    wait and output are the client's; subclasses say how to kill the remote side."""
+
+    _client: LocalProcess
+
+    @property
+    def pid(self) -> int:
+        return self._client.pid
+
+    def poll(self):
+        return self._client.poll()
+
+    def wait(self, timeout=None):
+        return self._client.wait(timeout)
+
+    def output(self):
+        return self._client.output()
+
+
 @register
 class LocalLauncher:
     """Nodes are process groups on this host; they share loopback and have their own work dirs."""

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, LaunchError
 from . import reaper
-from .launcher import _LIVE, LocalProcess, node_argv, register
+from .launcher import _LIVE, ClientProcess, LocalProcess, node_argv, register
 from .model import Cluster, Node
 from .ssh import _last_line, remote_command
 
@@ -65,7 +65,7 @@ def _client(argv, env: dict, timeout: float) -> subprocess.CompletedProcess:
         raise LaunchError(f"{' '.join(argv[:3])} ... did not answer within {timeout:g}s") from None
 
 
-class SlurmStep:
+class SlurmStep(ClientProcess):
     """One job step; the handle is the local ``srun`` client's process."""
 
     def __init__(self, launcher: "SlurmLauncher", node: Node, argv, env, cwd, job: str, name: str):
@@ -78,16 +78,6 @@ class SlurmStep:
                           *shlex.split(remote_command(node, node_argv(node, argv), None, cwd, "/dev/null"))]
         self._client = LocalProcess(node, self.srun_argv, {**(env or {}), **client_env(node)},
                                     launcher.logdir, launcher.logdir)
-
-    @property
-    def pid(self) -> int:
-        return self._client.pid
-
-    def poll(self):
-        return self._client.poll()
-
-    def wait(self, timeout=None):
-        return self._client.wait(timeout)
 
     def step_id(self) -> str | None:
         done = _client(["squeue", "--steps", f"--jobs={self.job}", "--noheader", "--format=%i %j"],
@@ -115,9 +105,6 @@ class SlurmStep:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._client.wait(grace + 3)
         self._client.kill(grace)
-
-    def output(self):
-        return self._client.output()
 
 
 @register

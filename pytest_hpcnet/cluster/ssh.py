@@ -42,7 +42,7 @@ from typing import Mapping, Sequence
 
 from ..errors import LaunchError
 from . import reaper
-from .launcher import _LIVE, LocalProcess, node_argv, register
+from .launcher import _LIVE, ClientProcess, LocalProcess, node_argv, register
 from .model import Node
 
 DEFAULT_CONNECT_TIMEOUT = 10
@@ -160,7 +160,7 @@ class Master:
         self.proc.kill(grace=1.0)
 
 
-class SshProcess:
+class SshProcess(ClientProcess):
     """A command running on another machine; the handle is the local ssh client's process."""
 
     def __init__(self, node: Node, argv: Sequence[str], env, cwd, logdir: Path, ssh: str = "ssh",
@@ -191,16 +191,6 @@ class SshProcess:
                   f"kill -s KILL -- -$pgid 2>/dev/null; rm -f {f}; fi; true")
         return ssh_prefix(self.node, self._ssh, self._control) + [f"sh -c {shlex.quote(script)}"]
 
-    @property
-    def pid(self) -> int:
-        return self._client.pid
-
-    def poll(self):
-        return self._client.poll()
-
-    def wait(self, timeout=None):
-        return self._client.wait(timeout)
-
     def kill(self, grace: float = 2.0):
         if self._client.poll() is None and self._watched:
             self._client.close_stdin()          # the remote watcher ends the group (TERM, 2 s, KILL)
@@ -212,9 +202,6 @@ class SshProcess:
                 subprocess.run(self.kill_argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, timeout=30, check=False)
         self._client.kill(grace)
-
-    def output(self):
-        return self._client.output()
 
 
 def _remove_stale_socket_dirs() -> None:
