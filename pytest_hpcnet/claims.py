@@ -466,8 +466,11 @@ def undecided(claim: Claim, verdict: Verdict) -> bool:
     if verdict.ci is None:
         return False
     lo, hi = verdict.ci
-    edges = [b + s * claim.tolerance for b, s in ((claim.min, -1), (claim.max, 1)) if b is not None
-             for s in (0, s)]
+    edges = []
+    if claim.min is not None:
+        edges += [claim.min, claim.min - claim.tolerance]
+    if claim.max is not None:
+        edges += [claim.max, claim.max + claim.tolerance]
     return any(lo < e <= hi for e in edges)
 
 
