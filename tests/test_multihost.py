@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from child_signals import default_sigint
 
 
 from pytest_hpcnet.cluster import load_cluster, netns, reaper, slurmbox, sshd
@@ -88,11 +89,6 @@ TERASORT_UNTIL_KILLED = textwrap.dedent('''
 
 # --- the daemons ------------------------------------------------------------------------------------
 
-
-def _default_sigint():
-    """A shell starts background jobs with SIGINT ignored and children inherit that (a CI run started
-    with ``&``): the interrupted child must get Ctrl-C as a user's terminal would deliver it."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 @pytest.fixture(scope="session")
 def hosts(tmp_path_factory):
@@ -289,7 +285,7 @@ def _kill_mid_terasort(inventory: Path, tmp_path: Path, extra_check=None):
                              "-p", "no:xdist", f"--hpcnet-cluster={inventory}",
                              f"--hpcnet-report={tmp_path / 'report'}"],
                             cwd=tmp_path, env=inner_env(HPCNET_TEST_MARKER=str(marker)),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_default_sigint)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint)
     try:
         deadline = time.monotonic() + 120
         while not marker.exists():
