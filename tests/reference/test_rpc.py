@@ -231,3 +231,28 @@ def test_unknown_dispatch_mode_is_a_config_error():
     from pytest_hpcnet.errors import ConfigError
     with pytest.raises(ConfigError, match="dispatch"):
         RpcServer(dispatch="inline")
+
+
+@pytest.mark.parametrize("threshold,closed", [(0, True), (2, False)])
+def test_idle_connections_close_only_above_the_idle_threshold(monkeypatch, threshold, closed):
+    """Hadoop's rule: idle connections are closed while the server holds more than its idle threshold;
+    at or below it a client that connected and has not called yet keeps its connection."""
+    from pytest_hpcnet.reference.rpc import server as server_module
+    monkeypatch.setattr(server_module, "READ_WAIT", 0.1)   # readers look at idleness often
+    with RpcServer(idle_timeout=0.3, idle_threshold=threshold).start() as srv:
+        a, b = RpcClient(srv.address, timeout=5), RpcClient(srv.address, timeout=5)
+        try:
+            assert a.echo(b"1") == b"1" and b.echo(b"2") == b"2"
+            deadline = time.monotonic() + 5
+            while srv.connections and time.monotonic() < deadline and closed:
+                time.sleep(0.05)
+            if not closed:
+                time.sleep(1.0)            # three idle timeouts
+            assert (srv.connections == 0) == closed, (srv.connections, srv.closed_reasons)
+            if not closed:
+                assert a.echo(b"still") == b"still"
+            else:
+                assert srv.closed_reasons["idle"] == 2
+        finally:
+            a.close()
+            b.close()

@@ -36,6 +36,9 @@ def add_commands(subparsers) -> None:
                        help="seconds a connection has to send its preamble and context (default 10)")
     serve.add_argument("--idle-timeout", type=float, default=None,
                        help="seconds a connection may stay without a call (default 20, as Hadoop)")
+    serve.add_argument("--idle-threshold", type=int, default=None,
+                       help="idle connections are closed only while more than this many are open "
+                            "(default 512; Hadoop's ipc.client.idlethreshold)")
     serve.set_defaults(func=serve_command)
 
     ping = sub.add_parser("ping", help="call echo COUNT times and print round-trip latency statistics")
@@ -64,7 +67,7 @@ def parse_address(text: str, where: str = "HOST:PORT") -> tuple[str, int]:
 
 def serve_command(args: argparse.Namespace) -> int:
     start_watchdog()   # exits when the controller that started it is gone (see cluster.reaper)
-    from .server import IDLE_TIMEOUT, MAX_CONNECTIONS, RpcServer
+    from .server import IDLE_THRESHOLD, IDLE_TIMEOUT, MAX_CONNECTIONS, RpcServer
     from .wire import MAX_DATA_LENGTH
 
     stop = threading.Event()
@@ -76,7 +79,9 @@ def serve_command(args: argparse.Namespace) -> int:
                            max_data_length=args.max_data_length or MAX_DATA_LENGTH,
                            max_connections=args.max_connections or MAX_CONNECTIONS,
                            handshake_timeout=args.handshake_timeout,
-                           idle_timeout=args.idle_timeout or IDLE_TIMEOUT).start()
+                           idle_timeout=args.idle_timeout or IDLE_TIMEOUT,
+                           idle_threshold=IDLE_THRESHOLD if args.idle_threshold is None
+                           else args.idle_threshold).start()
     except TransportError as e:
         raise ConfigError(str(e), where="--host/--port") from None
     host, port = server.address

@@ -61,6 +61,11 @@ DISPATCH_MODES = ("auto", "pool", "direct")
 MAX_CONNECTIONS = 1024          # reader threads (connections past their connection context)
 MAX_PENDING = 4096              # connections still sending their preamble and context (no thread)
 IDLE_TIMEOUT = 20.0             # Hadoop: a connection idle for 2 x ipc.client.connection.maxidletime
+# Like Hadoop's server (ipc.client.idlethreshold, 4000 there, with no connection cap), idle connections
+# are closed only while the server holds more than this many: a client that opened its connections and
+# has not called yet (110 of them in the conformance suite, connected slowly under emulation) keeps
+# them, while peers that park connections can never hold the server at its cap.
+IDLE_THRESHOLD = MAX_CONNECTIONS // 2
 MAX_CONTEXT_LENGTH = 64 * 1024  # the connection context is a few dozen bytes
 EAGER_LIMIT = 64 * 1024         # larger messages: the buffer grows as their bytes arrive
 MAX_KNOWN_METHODS = 32
@@ -197,7 +202,7 @@ class RpcServer:
                  protocol: str = wire.ECHO_PROTOCOL, handshake_timeout: float | None = None,
                  write_timeout: float | None = None, queue_size_per_handler: int = 100, dispatch: str = "auto",
                  max_connections: int = MAX_CONNECTIONS, idle_timeout: float = IDLE_TIMEOUT,
-                 eager_limit: int = EAGER_LIMIT):
+                 eager_limit: int = EAGER_LIMIT, idle_threshold: int = IDLE_THRESHOLD):
         from ...errors import ConfigError
         if handlers < 1:
             raise ConfigError(f"need at least one handler, got {handlers}", where="handlers")
@@ -215,6 +220,7 @@ class RpcServer:
         self.handshake_timeout = scaled(10.0) if handshake_timeout is None else handshake_timeout
         self.write_timeout = 30.0 if write_timeout is None else write_timeout
         self.idle_timeout, self.eager_limit = idle_timeout, eager_limit
+        self.idle_threshold = idle_threshold
         self._limits = Limits(max_connections=max_connections, max_pending=MAX_PENDING,
                               handshake_timeout=self.handshake_timeout, idle_timeout=idle_timeout)
         self._server = Server(self._listener, self._read_connection, "rpc server", self._limits,
@@ -311,8 +317,10 @@ class RpcServer:
                 try:
                     packet = sc.conn.recv(timeout=READ_WAIT, max_length=self.max_data_length)
                 except TransportTimeout:
-                    if time.monotonic() > idle_until and not sc.conn_busy():
-                        sc.close(f"idle: no call for {self.idle_timeout:g}s")
+                    if (time.monotonic() > idle_until and not sc.conn_busy()
+                            and self.connections > self.idle_threshold):
+                        sc.close(f"idle: no call for {self.idle_timeout:g}s with more than "
+                                 f"{self.idle_threshold} connections open")
                     continue
                 idle_until = time.monotonic() + self.idle_timeout
                 try:
