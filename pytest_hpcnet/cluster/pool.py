@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..errors import LaunchError
+from ..timeouts import scaled
 from .launcher import Process, launcher_for
 from .model import Cluster, Node
 
@@ -52,8 +53,11 @@ class Launchers:
 
 
 def wait_for_line(proc: Process, pattern: str, timeout: float = 30.0) -> re.Match:
-    """Wait until the process prints a line matching ``pattern`` (e.g. a server's listening address)."""
+    """Wait until the process prints a line matching ``pattern`` (e.g. a server's listening address).
+    ``timeout`` is a real machine's budget for a start-up, scaled like every such budget
+    (``pytest_hpcnet.timeouts``): an emulated guest starts a Python server in tens of seconds."""
     regex = re.compile(pattern, re.MULTILINE)
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     delay = 0.005
     while True:
