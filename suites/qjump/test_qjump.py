@@ -18,6 +18,8 @@ within 2x of alone and is >= 90% below the interference case. Interference is pl
 reference MapReduce shuffle cannot run across a cluster's nodes yet.
 """
 
+import os
+import re
 import shutil
 import subprocess
 
@@ -41,13 +43,25 @@ REPETITIONS = 10
 REALTIME = ("chrt", "-f", "10") if shutil.which("chrt") else ()  # util-linux; without it: normal priority
 
 
+# The root namespace's end of another process's netns cluster (pytest_hpcnet.cluster.netns names it
+# hn<pid>c<seq>): another run on the same machine may add or remove those while this one runs.
+_CONTROLLER_LINK = re.compile(r"hn(\d+)c\d+")
+
+
+def _not_another_runs(device: str) -> bool:
+    m = _CONTROLLER_LINK.fullmatch(device.split("@")[0])
+    return not m or int(m.group(1)) == os.getpid()
+
+
 def _root_links() -> set[str]:
     out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
-    return {line.split(":")[1].strip() for line in out.splitlines()}
+    return {name for line in out.splitlines() if _not_another_runs(name := line.split(":")[1].strip())}
 
 
-def _root_qdiscs() -> str:
-    return subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True, check=True).stdout
+def _root_qdiscs() -> set[str]:
+    out = subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True, check=True).stdout
+    return {line.strip() for line in out.splitlines()
+            if not (m := re.search(r" dev (\S+)", line)) or _not_another_runs(m.group(1))}
 
 
 class QJumpRun:
