@@ -138,6 +138,12 @@ def pytest_sessionfinish(session, exitstatus):
         config.workeroutput["hpcnet"] = hs.worker_output()
         return
     record = hs.finish()
+    if late := hs.late_failures():
+        # claims judged here, from what the tests recorded, fail the run as a test's claim fails its test
+        hs.late_report = [f"{v.message()}{' (--hpcnet-strict-warn)' if v.outcome == 'warn' else ''}"
+                          for v in late]
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if hs.canary and (missed := hs.canary_missed()):
         hs.canary_report = (f"canary: {len(missed)} enforced local gate(s) did not FAIL with "
                             f"{hs.canary:.0%} injected: {', '.join(missed)}")
@@ -162,6 +168,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         for line in verdicts_summary(hs.verdicts):
             tr.write_line(line)
     tr.write_line(f"hpcnet run record: {hs.record_path}")
+    for line in getattr(hs, "late_report", ()):
+        tr.write_line(f"claim failed the run: {line}", red=True, bold=True)
     if getattr(hs, "canary_report", None):
         tr.write_line(hs.canary_report, red=True, bold=True)
 
