@@ -205,14 +205,18 @@ def _claim_from_table(table, file: str, index: int) -> Claim:
     return Claim(**table, file=file)
 
 
-def load_claims(paths: Iterable[Path | str]) -> dict[str, Claim]:
+def load_claims(paths: Iterable[Path | str], vocabulary: dict | None = None) -> dict[str, Claim]:
     """Claims from TOML files of ``[[claim]]`` tables, by id. Ids must be unique across all files.
 
     A file may also hold ``[[override]]`` tables: ``id`` of a claim from any file, the bound fields to
     change (``min``, ``max``, ``tolerance``, ``warn``, ``verdicts``, ``why``) and a ``reason``; they apply
     after every claim is loaded, and the claim then says where its bounds came from (``bound_from``).
     This is how a cluster keeps its own bounds for the shipped claims.
+
+    A ``[vocabulary]`` table declares metrics and configuration parts of the user's own tests (see
+    ``vocabulary``); given a dict, ``vocabulary`` collects them: {"metrics": [...], "configs": [...]}.
     """
+    from .vocabulary import declared
     claims: dict[str, Claim] = {}
     overrides: list[tuple[str, int, dict]] = []
     for path in paths:
@@ -224,10 +228,14 @@ def load_claims(paths: Iterable[Path | str]) -> dict[str, Claim]:
             raise ConfigError(f"invalid TOML: {e}", file) from None
         except OSError as e:
             raise ConfigError(f"cannot read claims file: {e.strerror or e}", file) from None
-        extra = sorted(set(doc) - {"claim", "override"})
+        extra = sorted(set(doc) - {"claim", "override", "vocabulary"})
         if extra:
             raise ConfigError(f"unknown top-level key(s) {', '.join(extra)}; "
-                              "a claims file holds only [[claim]] and [[override]] tables", file)
+                              "a claims file holds only [[claim]], [[override]] and [vocabulary] tables", file)
+        metrics, configs = declared(doc, file)
+        if vocabulary is not None:
+            vocabulary.setdefault("metrics", []).extend(metrics)
+            vocabulary.setdefault("configs", []).extend(configs)
         tables = doc.get("claim", [])
         if not isinstance(tables, list):
             raise ConfigError("'claim' must be an array of tables ([[claim]])", file)

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from . import hardware
-from .errors import ConfigError
+from .errors import ConfigError, HpcnetError
 from .claims import (Claim, NotMeasured, Verdict, as_paired, evaluate, load_claims, measured_pair,
                      measured_sides,
                      not_applicable, not_evaluated, sensitivity, settle)
@@ -22,6 +22,7 @@ from .cluster.pool import Launchers
 from .measure import DEFAULT_ROUNDS, Measurement, Paired
 from .results import RunRecord, new_run_id, provenance
 from .targets import load_target
+from .vocabulary import Vocabulary
 
 
 def discover_claim_files(rootdir: Path, args: list[str]) -> list[Path]:
@@ -70,7 +71,13 @@ class HpcnetSession:
             # the suites' claims, then the cluster's own files (its bound overrides), then the user's
             user_files = list(cluster.claims) + [Path(p) for p in values["claims"]]
             self.user_claim_files = {str(p) for p in user_files}
-            self.claims: dict[str, Claim] = load_claims(discover_claim_files(self.rootdir, self.args) + user_files)
+            declared: dict = {}
+            self.claims: dict[str, Claim] = load_claims(discover_claim_files(self.rootdir, self.args) + user_files,
+                                                        vocabulary=declared)
+            self.vocabulary = Vocabulary(metrics=declared.get("metrics", ()), configs=declared.get("configs", ()),
+                                         target_configs=self._target_configs())
+            for claim in self.claims.values():
+                self.vocabulary.check_claim(claim)
         except BaseException:
             shutil.rmtree(self._tmp, ignore_errors=True)
             raise
@@ -81,6 +88,13 @@ class HpcnetSession:
         self.collected_paths: set[Path] = set()
         self.skips: dict[str, list[str]] = {}
         self.late_verdicts: list[Verdict] = []     # claims judged at the end from recorded measurements
+
+    def _target_configs(self) -> list[str]:
+        """The configuration names the target knows (part of the claims' vocabulary)."""
+        try:
+            return list(self.target.configurations())
+        except HpcnetError:
+            return []
 
     # -- hardware ---------------------------------------------------------------------------------
     @property

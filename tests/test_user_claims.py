@@ -178,6 +178,10 @@ JUDGED_BY_TEST = """
 """
 
 DEMO_CLAIMS = """
+[vocabulary]
+metrics = ["demo.time"]
+configs = ["slow", "fast"]
+
 [[claim]]
 id = "demo.judged"
 statement = "s"
