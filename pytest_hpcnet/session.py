@@ -35,6 +35,32 @@ def discover_claim_files(rootdir: Path, args: list[str]) -> list[Path]:
     return sorted(found)
 
 
+def check_writable_dir(path: Path, where: str) -> None:
+    """ConfigError unless ``path`` is a directory this process can write into, or can be made one (the
+    run record goes there at the very end, after every test ran: too late to find out then)."""
+    path = Path(path)
+    made = []
+    try:
+        probe = path.absolute()
+        while not probe.exists():
+            made.append(probe)
+            probe = probe.parent
+        if not probe.is_dir():
+            raise ConfigError(f"{str(probe)!r} is not a directory (run records go in {str(path)!r})", where)
+        for d in reversed(made):
+            d.mkdir()
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".hpcnet-check-"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"cannot write run records into {str(path)!r}: {e.strerror or e}", where) from None
+    finally:
+        for d in made:
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+
 class HpcnetSession:
     def __init__(self, settings: dict, *, rootdir: Path, args: list[str], worker_probes: dict | None = None):
         values = {name: value for name, (value, _) in settings.items()}
@@ -42,6 +68,8 @@ class HpcnetSession:
         self.rootdir = Path(rootdir)
         self.args = list(args)
         self.report_dir = Path(values["report"])
+        check_writable_dir(self.report_dir, where["report"])
+        self.probe_errors = values["probe_errors"]
         self.rounds = values["rounds"] or DEFAULT_ROUNDS
         self.max_rounds = values["max_rounds"]     # None: three times each comparison's own rounds
         if self.max_rounds is not None and self.max_rounds < self.rounds:
@@ -105,6 +133,27 @@ class HpcnetSession:
             self._probes = {name: dataclasses.replace(p, features=p.features | self.assumed)
                             for name, p in found.items()}
         return self._probes
+
+    def probe_failures(self) -> list[str]:
+        """One line per node whose hardware probe failed (node and cause)."""
+        return [p.error if p.error.startswith(f"{name}:") else f"{name}: {p.error}"
+                for name, p in self.probes.items() if p.error]
+
+    def header(self) -> list[str]:
+        """The session header: cluster, target, nodes and their probed features (one or two lines)."""
+        c = self.cluster
+        names = [n.name for n in c.nodes]
+        shown = ", ".join(names) if len(names) <= 4 else f"{names[0]} .. {names[-1]}"
+        target = self.target.describe()
+        lines = [f"hpcnet: cluster {c.source}{f' ({c.name})' if c.name and c.name != c.source else ''}: "
+                 f"{len(names)} node(s) {shown}; target {target.get('name')} {target.get('version', '')}".rstrip()]
+        groups: dict[tuple, list[str]] = {}
+        for name, p in self.probes.items():
+            groups.setdefault(tuple(sorted(p.features)) if not p.error else ("PROBE FAILED",), []).append(name)
+        parts = [f"{', '.join(nodes) if len(groups) > 1 else 'every node'}: {' '.join(f) or '-'}"
+                 for f, nodes in groups.items()]
+        lines.append("hpcnet: features: " + "; ".join(parts))
+        return lines
 
     def probes_json(self) -> dict:
         return {name: {"features": sorted(p.features), "declared": sorted(p.declared), "facts": p.facts,
