@@ -123,3 +123,15 @@ def test_a_misspelled_metric_in_a_users_claims_file_stops_the_run(pytester, run_
     result.stderr.fnmatch_lines(["*mine.toml: claim 'mine': unknown metric 'rpc.echo.latency' (did you mean "
                                  "'rpc.echo.rtt*"])
     assert "Traceback" not in result.stderr.str()
+
+
+def test_the_readmes_claims_examples_use_known_names(tmp_path):
+    """Each ```toml block of the README with a [[claim]] loads and passes the name checks."""
+    blocks = re.findall(r"```toml\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    claim_blocks = [b for b in blocks if "[[claim]]" in b]
+    assert len(claim_blocks) >= 2
+    for i, text in enumerate(claim_blocks):
+        path = tmp_path / f"readme{i}.toml"
+        path.write_text(text)
+        for claim in load_claims([path]).values():
+            Vocabulary().check_claim(claim)
