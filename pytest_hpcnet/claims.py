@@ -29,14 +29,14 @@ from __future__ import annotations
 import math
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Literal, Protocol
 
 import numpy as np
 
 from .errors import ConfigError
-from .measure import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, Direction, Paired, median_interval, ratio_ci
+from .measure import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, Direction, Paired, Series, median_interval, ratio_ci
 
 Kind = Literal["ratio", "reduction", "absolute"]
 KINDS = ("ratio", "reduction", "absolute")
@@ -86,6 +86,7 @@ class Claim:
     zero_ok: bool = False        # the candidate may measure 0 (a counter), so a canary adds, not scales
     file: str | None = None      # where the claim was loaded from
     bound_from: str | None = None  # the [[override]] that set its bounds, if one did ("file: reason")
+    params: Mapping | None = field(default=None, hash=False)  # which measurements of the metric it judges, e.g. {size = 64}
 
     def __post_init__(self):
         where = _where(self.file, self.id if isinstance(self.id, str) else None)
@@ -145,6 +146,11 @@ class Claim:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, float(value))
+        if self.params is not None:
+            if not isinstance(self.params, Mapping) or not self.params \
+                    or not all(isinstance(k, str) for k in self.params):
+                bad(f"params must be a table of workload parameters, e.g. {{size = 64}}, got {self.params!r}")
+            object.__setattr__(self, "params", dict(self.params))
 
     @property
     def enforced(self) -> bool:
@@ -170,6 +176,11 @@ class Claim:
             extras.append(f"warn band {_fmt(self.warn)}")
         return " and ".join(parts) + (f" ({', '.join(extras)})" if extras else "")
 
+    def configs(self) -> tuple[str, ...]:
+        """The configuration names the claim compares (the candidate alone for 'absolute')."""
+        return (self.candidate,) if self.baseline is None or self.kind == "absolute" else \
+            (self.baseline, self.candidate)
+
 
 # --- loading -------------------------------------------------------------------------------------
 
@@ -194,14 +205,18 @@ def _claim_from_table(table, file: str, index: int) -> Claim:
     return Claim(**table, file=file)
 
 
-def load_claims(paths: Iterable[Path | str]) -> dict[str, Claim]:
+def load_claims(paths: Iterable[Path | str], vocabulary: dict | None = None) -> dict[str, Claim]:
     """Claims from TOML files of ``[[claim]]`` tables, by id. Ids must be unique across all files.
 
     A file may also hold ``[[override]]`` tables: ``id`` of a claim from any file, the bound fields to
     change (``min``, ``max``, ``tolerance``, ``warn``, ``verdicts``, ``why``) and a ``reason``; they apply
     after every claim is loaded, and the claim then says where its bounds came from (``bound_from``).
     This is how a cluster keeps its own bounds for the shipped claims.
+
+    A ``[vocabulary]`` table declares metrics and configuration parts of the user's own tests (see
+    ``vocabulary``); given a dict, ``vocabulary`` collects them: {"metrics": [...], "configs": [...]}.
     """
+    from .vocabulary import declared
     claims: dict[str, Claim] = {}
     overrides: list[tuple[str, int, dict]] = []
     for path in paths:
@@ -213,10 +228,14 @@ def load_claims(paths: Iterable[Path | str]) -> dict[str, Claim]:
             raise ConfigError(f"invalid TOML: {e}", file) from None
         except OSError as e:
             raise ConfigError(f"cannot read claims file: {e.strerror or e}", file) from None
-        extra = sorted(set(doc) - {"claim", "override"})
+        extra = sorted(set(doc) - {"claim", "override", "vocabulary"})
         if extra:
             raise ConfigError(f"unknown top-level key(s) {', '.join(extra)}; "
-                              "a claims file holds only [[claim]] and [[override]] tables", file)
+                              "a claims file holds only [[claim]], [[override]] and [vocabulary] tables", file)
+        metrics, configs = declared(doc, file)
+        if vocabulary is not None:
+            vocabulary.setdefault("metrics", []).extend(metrics)
+            vocabulary.setdefault("configs", []).extend(configs)
         tables = doc.get("claim", [])
         if not isinstance(tables, list):
             raise ConfigError("'claim' must be an array of tables ([[claim]])", file)
@@ -400,6 +419,95 @@ def _quantity(claim: Claim, base, cand, confidence, resamples, seed):
     if claim.kind == "ratio":
         return r.ratio, r.lo, r.hi, r.n, r.coverage
     return 1.0 - r.ratio, 1.0 - r.hi, 1.0 - r.lo, r.n, r.coverage   # reduction: decreasing in the ratio
+
+
+# --- sides from a run's recorded measurements ----------------------------------------------------
+
+class NotMeasured(LookupError):
+    """The run recorded no samples a claim can be judged on; the message says what was missing."""
+
+
+def _config_keys(config: str) -> set[str]:
+    return {p.partition("=")[0].strip() for p in config.split(",") if p.strip()}
+
+
+def per_round(m) -> list[float]:
+    """A measurement's samples, one per round: a measurement whose samples are ``params["rounds"]``
+    equal slices (a latency sweep records every call of every round) gives each slice's median."""
+    samples = [float(x) for x in m.samples]
+    rounds = m.params.get("rounds") if isinstance(m.params, Mapping) else None
+    if isinstance(rounds, int) and not isinstance(rounds, bool) and 1 < rounds < len(samples) \
+            and len(samples) % rounds == 0:
+        k = len(samples) // rounds
+        return [float(np.median(samples[r * k:(r + 1) * k])) for r in range(rounds)]
+    return samples
+
+
+def _params_text(params: Mapping) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(params.items())) or "no params"
+
+
+def measured_sides(claim: Claim, measurements: Iterable) -> tuple[Series | None, Series]:
+    """``measured_pair``'s measurements as the sides ``evaluate`` takes: one sample per round."""
+    base, cand = measured_pair(claim, measurements)
+    cand_samples = per_round(cand)
+    if base is None:
+        return None, Series(claim.metric, cand.config, cand_samples)
+    base_samples = per_round(base)
+    if len(base_samples) != len(cand_samples):
+        raise NotMeasured(f"{claim.baseline!r} has {len(base_samples)} rounds and {claim.candidate!r} "
+                          f"{len(cand_samples)}: not paired rounds")
+    return Series(claim.metric, base.config, base_samples), Series(claim.metric, cand.config, cand_samples)
+
+
+def measured_pair(claim: Claim, measurements: Iterable) -> tuple:
+    """The (baseline, candidate) ``Measurement``s of ``claim`` from a run's recorded ``Measurement``s.
+
+    Both sides are the claim's metric under its configurations (parts in any order), recorded by the
+    same test with the same parameters (parameters that the configurations themselves name, such as
+    ``fsync``, may differ), and those of ``claim.params`` when it gives them; the first such pair when
+    several tests recorded one. ``NotMeasured`` says why there is nothing to judge: metric or
+    configuration not measured, or measured at several parameters without ``params`` to choose.
+    (``measured_sides`` turns them into paired rounds, and refuses unequal rounds.)
+    """
+    of_metric = [m for m in measurements if m.metric == claim.metric]
+    if not of_metric:
+        raise NotMeasured(f"the run measured no {claim.metric}")
+    wanted = claim.params or {}
+    chosen = [m for m in of_metric if all(m.params.get(k) == v for k, v in wanted.items())]
+    if not chosen:
+        seen = sorted({_params_text(m.params) for m in of_metric})
+        raise NotMeasured(f"no {claim.metric} with {_params_text(wanted)} (measured with: {'; '.join(seen[:4])})")
+    free = set().union(*(_config_keys(c) for c in claim.configs()))
+
+    def key(m) -> tuple:
+        return m.test, tuple(sorted((k, repr(v)) for k, v in m.params.items() if k not in free))
+
+    def of(config: str) -> dict:
+        found: dict = {}
+        for m in chosen:
+            if same_config(m.config, config):
+                found.setdefault(key(m), m)
+        if not found:
+            configs = sorted({m.config for m in chosen})
+            raise NotMeasured(f"the run measured {claim.metric} under {', '.join(configs)}, not {config!r}")
+        return found
+
+    cands = of(claim.candidate)
+    if claim.kind == "absolute" or claim.baseline is None:
+        groups = [(k, None, m) for k, m in cands.items()]
+    else:
+        bases = of(claim.baseline)
+        groups = [(k, bases[k], cands[k]) for k in cands if k in bases]
+        if not groups:
+            raise NotMeasured(f"{claim.metric} under {claim.baseline!r} and {claim.candidate!r} was not measured "
+                              "side by side (same test, same params)")
+    distinct = sorted({_params_text(dict(p)) for (_, p), _, _ in groups})
+    if len(distinct) > 1:
+        raise NotMeasured(f"{claim.metric} was measured at several params ({'; '.join(distinct[:4])}"
+                          f"{'; ...' if len(distinct) > 4 else ''}); give the claim params = {{...}} to choose")
+    _, base, cand = groups[0]
+    return base, cand
 
 
 def _check_bound(side: str, bound: float, tolerance: float, warn: float, point: float, lo: float,

@@ -1,8 +1,9 @@
 """The ``hpcnet`` command. Each area contributes its subcommands through ``add_commands(subparsers)``.
 
 A subcommand's parser gets ``func=`` set to a callable taking the parsed args and returning an exit
-code. Errors the library raises for bad input (``HpcnetError``) end the command with one line on stderr
-and exit status 2, never a traceback.
+code. Errors the library raises for bad input (``HpcnetError``), and a file the user named that cannot
+be read or written (``OSError``), end the command with one line on stderr and exit status 2, never a
+traceback.
 """
 
 from __future__ import annotations
@@ -28,10 +29,19 @@ COMMAND_MODULES = (
 )
 
 
+def _version() -> str:
+    from importlib import metadata
+    try:
+        return metadata.version("pytest-hpcnet")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hpcnet", description="pytest-hpcnet tools: probe nodes, generate and check data, run the "
         "reference RPC, DFS and MapReduce by hand, read and compare run records.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).add_commands(sub)
@@ -44,6 +54,10 @@ def run(args: argparse.Namespace, label: str) -> int:
         return int(args.func(args) or 0)
     except HpcnetError as e:
         print(f"{label}: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:   # a path the user named cannot be read or written: say which, in one line
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"{label}: {where}{e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -4,7 +4,15 @@ Measurements match on (metric, config, params). For each pair the table shows th
 the ratio B/A of the medians and a two-sided Mann-Whitney U test on the two runs' samples (scipy): the
 change is *significant* when p < alpha. A *regression* is a significant change that is worse than
 ``factor`` in the metric's bad direction: B/A > factor for lower-is-better metrics, B/A < 1/factor for
-higher-is-better ones. ``hpcnet compare`` exits 1 when any regression is found, for CI gates.
+higher-is-better ones.
+
+Claims are compared too: every claim whose verdict differs between the runs is listed (pass -> fail,
+n/a -> warn, ...). For CI gates, ``hpcnet compare`` exits 1 on a regression or on a claim that became
+FAIL, and 2 when the runs share nothing to compare (no measurement and no claim), so a gate cannot
+pass on nothing. ``--json`` prints the whole comparison as one JSON document instead of tables.
+
+Each row is labelled with the parameters that tell it apart from the other rows of its metric and
+configuration (``size=64``), not every parameter the run recorded.
 
 Why Mann-Whitney U: samples of latencies and job times are skewed and heavy-tailed, and the two runs are
 independent (no paired rounds across runs), so a rank test makes no normality assumption and is not
@@ -17,7 +25,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+import sys
+from dataclasses import asdict, dataclass, field
 
 from scipy import stats
 
@@ -65,14 +74,60 @@ class Change:
 
 
 @dataclass
+class ClaimChange:
+    """A claim whose verdict differs between the runs (None: not judged in that run)."""
+
+    claim_id: str
+    a: str | None
+    b: str | None
+
+    @property
+    def became_fail(self) -> bool:
+        return self.b == "fail" and self.a != "fail"
+
+    def to_json(self) -> dict:
+        return {"claim_id": self.claim_id, "a": self.a, "b": self.b, "became_fail": self.became_fail}
+
+
+@dataclass
 class Comparison:
     changes: list[Change]
     only_a: list[Measurement]
     only_b: list[Measurement]
+    claims: list[ClaimChange] = field(default_factory=list)   # verdicts that differ
+    shared_claims: int = 0                                     # claims judged in both runs
 
     @property
     def regressions(self) -> list[Change]:
         return [c for c in self.changes if c.regression]
+
+    @property
+    def new_failures(self) -> list[ClaimChange]:
+        return [c for c in self.claims if c.became_fail]
+
+    @property
+    def comparable(self) -> bool:
+        return bool(self.changes) or self.shared_claims > 0
+
+    def labels(self) -> dict[int, str]:
+        """id(measurement or change) -> its distinguishing params, for every row of the comparison."""
+        rows = [*self.changes, *self.only_a, *self.only_b]
+        return {id(r): distinguishing(r, rows) for r in rows}
+
+
+def distinguishing(row, rows) -> str:
+    """The params of ``row`` whose values differ among the rows of its metric and configuration."""
+    group = [r for r in rows if r.metric == row.metric and r.config == row.config]
+    keys = sorted({k for r in group for k in r.params})
+    varying = [k for k in keys if len({json.dumps(r.params.get(k), sort_keys=True, default=str)
+                                       for r in group}) > 1]
+    return " ".join(f"{k}={row.params.get(k, '-')}" for k in varying)
+
+
+def label(row, rows) -> str:
+    """``metric[config] k=v``: a row named so that no two rows of a comparison read the same."""
+    params = distinguishing(row, rows)
+    return f"{row.metric}[{row.config}]" + (f" {params}" if params else "")
 
 
 def _check(factor: float, alpha: float) -> None:
@@ -128,18 +183,37 @@ def compare(a: RunRecord, b: RunRecord, *, factor: float = DEFAULT_FACTOR, alpha
                               f"runs {a.run_id} / {b.run_id}")
     shared = sorted(ia.keys() & ib.keys())
     changes = [compare_measurements(ia[k], ib[k], factor=factor, alpha=alpha) for k in shared]
+    va, vb = _verdicts(a), _verdicts(b)
+    claims = [ClaimChange(cid, va.get(cid), vb.get(cid)) for cid in sorted(va.keys() | vb.keys())
+              if va.get(cid) != vb.get(cid)]
     return Comparison(changes=changes, only_a=[ia[k] for k in sorted(ia.keys() - ib.keys())],
-                      only_b=[ib[k] for k in sorted(ib.keys() - ia.keys())])
+                      only_b=[ib[k] for k in sorted(ib.keys() - ia.keys())], claims=claims,
+                      shared_claims=len(va.keys() & vb.keys()))
+
+
+def _verdicts(record: RunRecord) -> dict[str, str]:
+    """claim id -> outcome; a claim judged twice in one run (canary and plain) keeps its worst."""
+    rank = ["pass", "n/a", "not evaluated", "warn", "fail"]
+    out: dict[str, str] = {}
+    for v in record.verdicts:
+        cid, outcome = v.get("claim_id"), v.get("outcome")
+        if not isinstance(cid, str) or not isinstance(outcome, str):
+            continue
+        if cid not in out or (rank.index(outcome) if outcome in rank else 0) > \
+                (rank.index(out[cid]) if out[cid] in rank else 0):
+            out[cid] = outcome
+    return out
 
 
 def table(comparison: Comparison) -> str:
     from tabulate import tabulate
     rows = []
+    labels = comparison.labels()
     for c in comparison.changes:
-        rows.append([c.metric, c.config or "-", " ".join(f"{k}={v}" for k, v in sorted(c.params.items())),
+        rows.append([c.metric, c.config or "-", labels[id(c)] or "-",
                      c.unit, c.direction, f"{c.median_a:.4g}", f"{c.median_b:.4g}", f"{c.ratio:.3f}",
                      "-" if c.p_value is None else f"{c.p_value:.2g}", f"{c.n_a}/{c.n_b}", c.verdict])
-    return tabulate(rows, headers=["metric", "config", "params", "unit", "better", "median A", "median B",
+    return tabulate(rows, headers=["metric", "config", "params (that differ)", "unit", "better", "median A", "median B",
                                    "B/A", "p (MWU)", "n A/B", "change"], tablefmt="simple",
                     disable_numparse=True)
 
@@ -147,34 +221,73 @@ def table(comparison: Comparison) -> str:
 # --- the command ---------------------------------------------------------------------------------
 
 def add_commands(subparsers) -> None:
-    p = subparsers.add_parser("compare", help="compare two run records; exit 1 on a significant regression")
+    p = subparsers.add_parser("compare", help="compare two run records; exit 1 on a significant regression "
+                              "or a claim that became FAIL, 2 when nothing is comparable",
+                              description=__doc__.split("\n\n")[0])
     p.add_argument("run_a", metavar="RUN_A.json", help="the baseline run record")
     p.add_argument("run_b", metavar="RUN_B.json", help="the run to judge against it")
     p.add_argument("--factor", type=float, default=DEFAULT_FACTOR,
                    help=f"a regression must be worse than this ratio of medians (default {DEFAULT_FACTOR})")
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
                    help=f"significance level of the Mann-Whitney U test (default {DEFAULT_ALPHA})")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON (same exit status)")
     p.set_defaults(func=_compare_command)
 
 
 def _compare_command(args) -> int:
     from pathlib import Path
     from .results import load
-    for path in (args.run_a, args.run_b):
-        if not Path(path).is_file():
-            raise ConfigError("no such run record", path)
     a, b = load(Path(args.run_a)), load(Path(args.run_b))
     result = compare(a, b, factor=args.factor, alpha=args.alpha)
+    regressions, failures = result.regressions, result.new_failures
+    status = 2 if not result.comparable else 1 if regressions or failures else 0
+    if args.json:
+        print(json.dumps(to_json(result, a, b, args.factor, args.alpha, status), indent=1, sort_keys=True))
+        return status
     print(f"A = {a.run_id}   B = {b.run_id}   factor {args.factor:g}   alpha {args.alpha:g} (Mann-Whitney U, two-sided)")
     if result.changes:
         print(table(result))
-    else:
-        print("no shared measurements (match on metric, config and params)")
+    if result.claims:
+        from tabulate import tabulate
+        print()
+        print(tabulate([[c.claim_id, (c.a or "-").upper(), (c.b or "-").upper(), "NEW FAIL" if c.became_fail else ""]
+                        for c in result.claims], headers=["claim", "verdict A", "verdict B", ""],
+                       tablefmt="simple", disable_numparse=True))
     if result.only_a or result.only_b:
         print(f"not compared: {len(result.only_a)} measurement(s) only in A, {len(result.only_b)} only in B")
-    regressions = result.regressions
+    if not result.comparable:
+        print(f"hpcnet compare: nothing to compare: the runs share no measurement (metric, config and params) "
+              f"and no claim ({len(a.measurements)} measurement(s) in A, {len(b.measurements)} in B)",
+              file=sys.stderr)
+        return status
     if regressions:
+        labels = result.labels()
         print(f"{len(regressions)} significant regression(s) beyond x{args.factor:g}: "
-              + ", ".join(f"{c.metric}[{c.config}]" for c in regressions))
-        return 1
-    return 0
+              + ", ".join(f"{c.metric}[{c.config}]" + (f" {labels[id(c)]}" if labels[id(c)] else "")
+                          for c in regressions))
+    if failures:
+        print(f"{len(failures)} claim(s) now FAIL: " + ", ".join(f"{c.claim_id} (was {c.a or 'not judged'})"
+                                                                 for c in failures))
+    return status
+
+
+def to_json(result: Comparison, a: RunRecord, b: RunRecord, factor: float, alpha: float, status: int) -> dict:
+    """The comparison as ``hpcnet compare --json`` prints it."""
+    labels = result.labels()
+
+    def measured(m: Measurement) -> dict:
+        return {"metric": m.metric, "config": m.config, "params": m.params, "label": label(m, [m]) +
+                (f" {labels[id(m)]}" if labels[id(m)] else "")}
+    changes = []
+    for c in result.changes:
+        d = asdict(c)
+        d["verdict"] = c.verdict
+        d["label"] = f"{c.metric}[{c.config}]" + (f" {labels[id(c)]}" if labels[id(c)] else "")
+        if math.isinf(d["ratio"]):
+            d["ratio"] = None
+        changes.append(d)
+    return {"a": a.run_id, "b": b.run_id, "factor": factor, "alpha": alpha, "exit_status": status,
+            "comparable": result.comparable, "changes": changes,
+            "regressions": [d["label"] for d, c in zip(changes, result.changes) if c.regression],
+            "claims": [c.to_json() for c in result.claims], "shared_claims": result.shared_claims,
+            "only_a": [measured(m) for m in result.only_a], "only_b": [measured(m) for m in result.only_b]}

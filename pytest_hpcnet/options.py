@@ -62,6 +62,20 @@ def _verdicts(text: str) -> str:
     return text
 
 
+def _directory(text: str) -> str:
+    path = Path(_nonempty(text))
+    if not path.is_dir():
+        raise ValueError(f"{str(path)!r} is not a directory" if path.exists() else f"no such directory {str(path)!r}")
+    return str(path)
+
+
+def _probe_errors(text: str) -> str:
+    text = str(text).strip()
+    if text not in ("error", "warn"):
+        raise ValueError(f"expected 'error' or 'warn', got {text!r}")
+    return text
+
+
 def _words(value) -> list[str]:
     """A list option: repeated CLI flags, or comma/space separated text from env or ini."""
     if isinstance(value, (list, tuple)):
@@ -79,6 +93,15 @@ class Setting:
     parse: Callable[[Any], Any] = _nonempty
     many: bool = False        # repeatable flag / list value
     switch: bool = False      # a flag without a value on the command line (env/ini still say yes/no)
+    shown: str | None = None  # the default as --help says it, when the value itself is None or a list
+
+    @property
+    def default_text(self) -> str:
+        if self.shown is not None:
+            return self.shown
+        if self.default in (None, []):
+            return "none"
+        return "no" if self.default is False else str(self.default)
 
     @property
     def flag(self) -> str:
@@ -101,10 +124,10 @@ SETTINGS = (
             parse=lambda v: [str(Path(p)) for p in _words(v)], many=True),
     Setting("report", "directory for run records (JSON)", ".hpcnet", parse=lambda v: str(Path(_nonempty(v)))),
     Setting("rounds", "paired rounds per comparison (baseline and candidate interleaved)", None,
-            parse=_positive_int),
+            parse=_positive_int, shown="30"),
     Setting("max_rounds", "budget of paired rounds: while a claim's CI straddles a bound, more rounds are "
-            "taken up to this many before it settles on warn (default: 3x the rounds each comparison started with)", None,
-            parse=_positive_int),
+            "taken up to this many before it settles on warn", None,
+            parse=_positive_int, shown="3x the rounds each comparison started with"),
     Setting("canary", "inject this regression (e.g. 20%) into the candidate of every enforced local gate; "
             "each must then FAIL, and a gate that passes fails its test", None, parse=_fraction),
     Setting("strict_warn", "a claim that warns fails its test, like a failed one", False, parse=_flag,
@@ -115,7 +138,10 @@ SETTINGS = (
             "printed as failed, the test passes: for tracking, and for rehearsing claims off their hardware)",
             "enforce", parse=_verdicts),
     Setting("sysroot", "read /sys and /proc of every node under this directory (canned hardware trees)",
-            None, parse=lambda v: str(Path(_nonempty(v)))),
+            None, parse=_directory, shown="/"),
+    Setting("probe_errors", "a node whose hardware probe fails: error (stop the run, naming the node and "
+            "the cause) or warn (run on, that node having only its declared features)", "error",
+            parse=_probe_errors),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 

@@ -35,7 +35,7 @@ def pytest_addoption(parser):
         shape = {"action": "store_const", "const": "yes"} if s.switch else \
             {"action": "append" if s.many else "store", "metavar": s.name.upper()}
         group.addoption(s.flag, dest=f"hpcnet_{s.name}", default=[] if s.many else None, **shape,
-                        help=f"{s.help} (env {s.env}, ini {s.ini}; default: {s.default})")
+                        help=f"{s.help} (env {s.env}, ini {s.ini}; default: {s.default_text})".replace("%", "%%"))
         parser.addini(s.ini, help=s.help, type="linelist" if s.many else "string", default=None)
 
 
@@ -73,6 +73,30 @@ def pytest_configure(config):
     config.stash[_KEY] = session
     # SIGTERM and SIGHUP end the run like Ctrl-C: every launched process and namespace is torn down
     config.stash[_RESTORE] = interrupt_on_signals()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    """Probe the nodes once, before the header and collection: a failed probe stops the run in one line
+    (``--hpcnet-probe-errors=warn`` runs on, the node having only its declared features)."""
+    config = session.config
+    hs = config.stash.get(_KEY, None)
+    if hs is None or hasattr(config, "workerinput"):
+        return
+    failures = hs.probe_failures()
+    if failures and hs.probe_errors == "error":
+        more = f" (and {len(failures) - 1} more node(s))" if len(failures) > 1 else ""
+        raise pytest.UsageError(f"pytest-hpcnet: hardware probe failed on {failures[0]}{more}; "
+                                "--hpcnet-probe-errors=warn runs on without that node's probed features")
+    hs.probe_warnings = [f"hpcnet: WARNING hardware probe failed on {line} (--hpcnet-probe-errors=warn)"
+                         for line in failures]
+
+
+def pytest_report_header(config):
+    hs = config.stash.get(_KEY, None)
+    if hs is None or hasattr(config, "workerinput"):
+        return None
+    return hs.header() + getattr(hs, "probe_warnings", [])
 
 
 def pytest_unconfigure(config):
@@ -138,6 +162,12 @@ def pytest_sessionfinish(session, exitstatus):
         config.workeroutput["hpcnet"] = hs.worker_output()
         return
     record = hs.finish()
+    if late := hs.late_failures():
+        # claims judged here, from what the tests recorded, fail the run as a test's claim fails its test
+        hs.late_report = [f"{v.message()}{' (--hpcnet-strict-warn)' if v.outcome == 'warn' else ''}"
+                          for v in late]
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if hs.canary and (missed := hs.canary_missed()):
         hs.canary_report = (f"canary: {len(missed)} enforced local gate(s) did not FAIL with "
                             f"{hs.canary:.0%} injected: {', '.join(missed)}")
@@ -145,11 +175,17 @@ def pytest_sessionfinish(session, exitstatus):
     if not (record.measurements or record.verdicts):
         return  # nothing measured (e.g. the plugin's own unit tests): no record to keep
     config.hook.pytest_hpcnet_record(config=config, record=record)
-    hs.record_path = record.write(hs.report_dir)
+    try:
+        hs.record_path = record.write(hs.report_dir)
+    except OSError as e:
+        hs.record_error = f"pytest-hpcnet: cannot write the run record into {hs.report_dir}: {e.strerror or e}"
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     hs = config.stash.get(_KEY, None)
+    if hs is not None and getattr(hs, "record_error", None):
+        terminalreporter.write_line(hs.record_error, red=True, bold=True)
     if hs is None or hasattr(config, "workerinput") or not getattr(hs, "record_path", None):
         return
     tr = terminalreporter
@@ -162,6 +198,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         for line in verdicts_summary(hs.verdicts):
             tr.write_line(line)
     tr.write_line(f"hpcnet run record: {hs.record_path}")
+    for line in getattr(hs, "late_report", ()):
+        tr.write_line(f"claim failed the run: {line}", red=True, bold=True)
     if getattr(hs, "canary_report", None):
         tr.write_line(hs.canary_report, red=True, bold=True)
 

@@ -92,12 +92,27 @@ class RunRecord:
 
 
 def load(path: Path) -> RunRecord:
-    data = json.loads(Path(path).read_text())
+    """A run record written by ``RunRecord.write``; anything else is a ConfigError naming the file."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise ConfigError("no such run record", str(path)) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read a run record: {getattr(e, 'strerror', None) or e}", str(path)) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"not a run record (not JSON: {e.msg} at line {e.lineno})", str(path)) from None
+    if not isinstance(data, dict) or "schema" not in data:
+        raise ConfigError("not a run record (JSON without the run record's schema field)", str(path))
     if data.get("schema") != SCHEMA:
         raise ConfigError(f"run record schema {data.get('schema')!r}, this version reads {SCHEMA}", str(path))
-    return RunRecord(run_id=data["run_id"], provenance=data["provenance"],
-                     measurements=[Measurement.from_json(m) for m in data["measurements"]],
-                     verdicts=data["verdicts"])
+    try:
+        return RunRecord(run_id=data["run_id"], provenance=data["provenance"],
+                         measurements=[Measurement.from_json(m) for m in data["measurements"]],
+                         verdicts=data["verdicts"])
+    except (KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(f"a damaged run record ({type(e).__name__}: {e})", str(path)) from None
 
 
 def check_nodes(directory: Path, expected: int) -> str | None:

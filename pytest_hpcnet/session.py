@@ -13,14 +13,16 @@ import tempfile
 from pathlib import Path
 
 from . import hardware
-from .errors import ConfigError
-from .claims import (Claim, Verdict, as_paired, evaluate, load_claims, not_applicable, not_evaluated,
-                     sensitivity, settle)
+from .errors import ConfigError, HpcnetError
+from .claims import (Claim, NotMeasured, Verdict, as_paired, evaluate, load_claims, measured_pair,
+                     measured_sides,
+                     not_applicable, not_evaluated, sensitivity, settle)
 from .cluster import load_cluster
 from .cluster.pool import Launchers
 from .measure import DEFAULT_ROUNDS, Measurement, Paired
 from .results import RunRecord, new_run_id, provenance
 from .targets import load_target
+from .vocabulary import Vocabulary
 
 
 def discover_claim_files(rootdir: Path, args: list[str]) -> list[Path]:
@@ -33,6 +35,32 @@ def discover_claim_files(rootdir: Path, args: list[str]) -> list[Path]:
     return sorted(found)
 
 
+def check_writable_dir(path: Path, where: str) -> None:
+    """ConfigError unless ``path`` is a directory this process can write into, or can be made one (the
+    run record goes there at the very end, after every test ran: too late to find out then)."""
+    path = Path(path)
+    made = []
+    try:
+        probe = path.absolute()
+        while not probe.exists():
+            made.append(probe)
+            probe = probe.parent
+        if not probe.is_dir():
+            raise ConfigError(f"{str(probe)!r} is not a directory (run records go in {str(path)!r})", where)
+        for d in reversed(made):
+            d.mkdir()
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".hpcnet-check-"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"cannot write run records into {str(path)!r}: {e.strerror or e}", where) from None
+    finally:
+        for d in made:
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+
 class HpcnetSession:
     def __init__(self, settings: dict, *, rootdir: Path, args: list[str], worker_probes: dict | None = None):
         values = {name: value for name, (value, _) in settings.items()}
@@ -40,6 +68,8 @@ class HpcnetSession:
         self.rootdir = Path(rootdir)
         self.args = list(args)
         self.report_dir = Path(values["report"])
+        check_writable_dir(self.report_dir, where["report"])
+        self.probe_errors = values["probe_errors"]
         self.rounds = values["rounds"] or DEFAULT_ROUNDS
         self.max_rounds = values["max_rounds"]     # None: three times each comparison's own rounds
         if self.max_rounds is not None and self.max_rounds < self.rounds:
@@ -67,9 +97,15 @@ class HpcnetSession:
             self.cluster = cluster
             self.target = load_target(values["target"], where["target"])
             # the suites' claims, then the cluster's own files (its bound overrides), then the user's
-            self.claims: dict[str, Claim] = load_claims(
-                discover_claim_files(self.rootdir, self.args) + list(cluster.claims)
-                + [Path(p) for p in values["claims"]])
+            user_files = list(cluster.claims) + [Path(p) for p in values["claims"]]
+            self.user_claim_files = {str(p) for p in user_files}
+            declared: dict = {}
+            self.claims: dict[str, Claim] = load_claims(discover_claim_files(self.rootdir, self.args) + user_files,
+                                                        vocabulary=declared)
+            self.vocabulary = Vocabulary(metrics=declared.get("metrics", ()), configs=declared.get("configs", ()),
+                                         target_configs=self._target_configs())
+            for claim in self.claims.values():
+                self.vocabulary.check_claim(claim)
         except BaseException:
             shutil.rmtree(self._tmp, ignore_errors=True)
             raise
@@ -79,6 +115,14 @@ class HpcnetSession:
         self.verdicts: list[dict] = []
         self.collected_paths: set[Path] = set()
         self.skips: dict[str, list[str]] = {}
+        self.late_verdicts: list[Verdict] = []     # claims judged at the end from recorded measurements
+
+    def _target_configs(self) -> list[str]:
+        """The configuration names the target knows (part of the claims' vocabulary)."""
+        try:
+            return list(self.target.configurations())
+        except HpcnetError:
+            return []
 
     # -- hardware ---------------------------------------------------------------------------------
     @property
@@ -89,6 +133,27 @@ class HpcnetSession:
             self._probes = {name: dataclasses.replace(p, features=p.features | self.assumed)
                             for name, p in found.items()}
         return self._probes
+
+    def probe_failures(self) -> list[str]:
+        """One line per node whose hardware probe failed (node and cause)."""
+        return [p.error if p.error.startswith(f"{name}:") else f"{name}: {p.error}"
+                for name, p in self.probes.items() if p.error]
+
+    def header(self) -> list[str]:
+        """The session header: cluster, target, nodes and their probed features (one or two lines)."""
+        c = self.cluster
+        names = [n.name for n in c.nodes]
+        shown = ", ".join(names) if len(names) <= 4 else f"{names[0]} .. {names[-1]}"
+        target = self.target.describe()
+        lines = [f"hpcnet: cluster {c.source}{f' ({c.name})' if c.name and c.name != c.source else ''}: "
+                 f"{len(names)} node(s) {shown}; target {target.get('name')} {target.get('version', '')}".rstrip()]
+        groups: dict[tuple, list[str]] = {}
+        for name, p in self.probes.items():
+            groups.setdefault(tuple(sorted(p.features)) if not p.error else ("PROBE FAILED",), []).append(name)
+        parts = [f"{', '.join(nodes) if len(groups) > 1 else 'every node'}: {' '.join(f) or '-'}"
+                 for f, nodes in groups.items()]
+        lines.append("hpcnet: features: " + "; ".join(parts))
+        return lines
 
     def probes_json(self) -> dict:
         return {name: {"features": sorted(p.features), "declared": sorted(p.declared), "facts": p.facts,
@@ -170,30 +235,74 @@ class HpcnetSession:
         for path, reasons in output.get("skips", {}).items():
             self.skips.setdefault(path, []).extend(reasons)
 
-    def _unevaluated(self) -> list[dict]:
-        """Claims of the suites that ran that no test evaluated: n/a when their hardware is absent, else
-        'not evaluated' with the skip reasons of that suite's tests (a local gate that silently did not
-        run is as bad as one that cannot fail)."""
+    def _judge_the_rest(self) -> list[dict]:
+        """Verdicts on the loaded claims no test judged, from what the run measured.
+
+        Considered: every claim the user gave (``--hpcnet-claims``, the inventory's claims files), every
+        claim of a suite that ran, and every claim whose metric the run measured. Each is n/a when its
+        hardware is absent; judged with ``evaluate`` on the paired samples the run recorded
+        (``claims.measured_sides``) when there are some; else 'not evaluated' with what was missing and the
+        skip reasons of its suite's tests (a local gate that silently did not run is as bad as one that
+        cannot fail).
+        """
         done = {v["claim_id"] for v in self.verdicts}
+        measured = {m.metric for m in self.measurements}
         out = []
         for claim in self.claims.values():
+            if claim.id in done:
+                continue
             suite = Path(claim.file).parent
             ran = any(p == suite or suite in p.parents for p in self.collected_paths)
-            if claim.id in done or not ran:
+            if not (ran or claim.metric in measured or not self._shipped(claim)):
                 continue
             missing = self.missing(claim.markers)
             if missing:
                 out.append(not_applicable(claim, missing).to_json())
                 continue
-            reasons = sorted({r for path, rs in self.skips.items() if suite in Path(path).parents for r in rs})
-            why = "no test reached a verdict on it in this run" + \
-                (f"; skipped tests of {suite.name}: " + "; ".join(reasons[:3]) if reasons
-                 else " (its test was deselected, or failed before the claim)")
-            out.append(not_evaluated(claim, why).to_json())
+            try:
+                baseline, candidate = measured_sides(claim, self.measurements)
+            except NotMeasured as e:
+                needs = self.missing(hardware.config_features(*claim.configs()))
+                if needs:
+                    verdict = not_applicable(claim, needs)
+                    verdict.reason += f" (its configurations need {', '.join(sorted(needs))})"
+                    out.append(verdict.to_json())
+                    continue
+                reasons = sorted({r for path, rs in self.skips.items() if suite in Path(path).parents
+                                  for r in rs}) if self._shipped(claim) else []
+                why = f"not measured in this run: {e}" + \
+                    (f"; skipped tests of {suite.name}: " + "; ".join(reasons[:3]) if reasons else "")
+                out.append(not_evaluated(claim, why).to_json())
+                continue
+            injected = self.canary if self.canary and self.is_gate(claim) else 0.0
+            try:
+                verdict = evaluate(claim, baseline, candidate, inject_regression=injected)
+                if claim.is_local and baseline is not None:
+                    verdict.sensitivity = sensitivity(claim, baseline, candidate)
+            except ValueError as e:
+                out.append(not_evaluated(claim, f"its measurements cannot be judged: {e}").to_json())
+                continue
+            _, recorded = measured_pair(claim, self.measurements)
+            verdict.reason += f" (judged at the end of the run from the samples {recorded.test or 'the run'} " \
+                              "recorded)"
+            out.append(verdict.to_json())
+            self.late_verdicts.append(verdict)
         return out
 
+    def _shipped(self, claim: Claim) -> bool:
+        """A claim from a suite's own claims.toml (not a file the user or the inventory gave)."""
+        return claim.file not in self.user_claim_files
+
+    def late_failures(self) -> list[Verdict]:
+        """Claims judged at the end of the run that fail the run: an enforced fail (a warn under
+        ``--hpcnet-strict-warn``), unless verdicts are only reported or the canary injected it."""
+        if not self.enforce_verdicts:
+            return []
+        bad = ("fail", "warn") if self.strict_warn else ("fail",)
+        return [v for v in self.late_verdicts if v.enforced and not v.injected and v.outcome in bad]
+
     def finish(self) -> RunRecord:
-        self.verdicts += self._unevaluated()
+        self.verdicts += self._judge_the_rest()
         probes = self.probes_json()
         nodes = [{"name": n.name, "host": n.host, "addresses": n.addresses, "launcher": n.launcher,
                   **probes[n.name]} for n in self.cluster.nodes]

@@ -114,3 +114,60 @@ def test_bad_input_is_a_clear_error(tmp_path, capsys):
         compare(a, b)
     assert main(["compare", str(tmp_path / "nope.json"), _write(tmp_path, a)]) == 2
     assert "nope.json" in capsys.readouterr().err
+
+
+# --- fit for CI: nothing comparable, claims, labels, JSON ---------------------------------------
+
+def test_nothing_comparable_exits_2_and_says_so(tmp_path, capsys):
+    a = _run("a", seed=1)
+    b = RunRecord(run_id="b", provenance=PROV, measurements=[
+        measurement("other.metric", [1.0, 2.0], unit="s", direction="lower", config="x")])
+    assert main(["compare", _write(tmp_path, a), _write(tmp_path, b)]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to compare" in err and "5 measurement(s) in A, 1 in B" in err
+
+
+def _verdict(cid, outcome):
+    return {"claim_id": cid, "outcome": outcome, "quantity": None, "ci": None, "bound": "<= 1", "source": "s",
+            "reason": "r"}
+
+
+def test_a_claim_that_became_fail_is_reported_and_fails_the_gate(tmp_path, capsys):
+    a, b = _run("a", seed=1), _run("b", seed=2)
+    a.verdicts = [_verdict("c.same", "pass"), _verdict("c.flip", "pass"), _verdict("c.warned", "pass")]
+    b.verdicts = [_verdict("c.same", "pass"), _verdict("c.flip", "fail"), _verdict("c.warned", "warn")]
+    result = compare(a, b)
+    assert [(c.claim_id, c.a, c.b) for c in result.claims] == [("c.flip", "pass", "fail"), ("c.warned", "pass", "warn")]
+    assert main(["compare", _write(tmp_path, a), _write(tmp_path, b)]) == 1
+    out = capsys.readouterr().out
+    assert "NEW FAIL" in out and "1 claim(s) now FAIL: c.flip (was pass)" in out and "c.same" not in out
+    # only verdicts in common, no measurements: still comparable
+    a.measurements, b.measurements = [], []
+    b.verdicts = a.verdicts
+    assert main(["compare", _write(tmp_path, a), _write(tmp_path, b)]) == 0
+
+
+def test_rows_are_labelled_with_the_params_that_tell_them_apart():
+    a, b = _run("a", seed=1), _run("b", seed=2)
+    for run in (a, b):
+        for m in run.measurements:
+            m.params = {**m.params, "round_trip": True, "rounds": 10}   # the same everywhere: not shown
+    result = compare(a, b)
+    labels = result.labels()
+    shown = {(c.metric, c.config): [] for c in result.changes}
+    for c in result.changes:
+        shown[(c.metric, c.config)].append(labels[id(c)])
+    assert sorted(shown[("rpc.echo.latency", "tcp")]) == ["size=4096", "size=64"]
+    assert shown[("rpc.echo.latency", "shm")] == [""]
+
+
+def test_json_output(tmp_path, capsys):
+    slow = ("rpc.echo.latency", "tcp", (("size", 4096),))
+    a, b = _run("a", seed=1), _run("b", seed=2, slow=slow)
+    a.verdicts, b.verdicts = [_verdict("c.flip", "pass")], [_verdict("c.flip", "fail")]
+    assert main(["compare", _write(tmp_path, a), _write(tmp_path, b), "--json"]) == 1
+    import json
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["exit_status"] == 1 and doc["comparable"] is True and len(doc["changes"]) == 5
+    assert doc["regressions"] == ["rpc.echo.latency[tcp] size=4096"]
+    assert doc["claims"] == [{"claim_id": "c.flip", "a": "pass", "b": "fail", "became_fail": True}]

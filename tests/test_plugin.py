@@ -76,6 +76,10 @@ def test_unknown_assumed_feature_is_rejected(pytester, run_hpcnet):
 
 
 CLAIMS = """
+[vocabulary]   # the metric and configurations of these tests' own measurements
+metrics = ["demo.time"]
+configs = ["slow", "fast"]
+
 [[claim]]
 id = "demo.faster"
 statement = "the candidate takes at most 80% of the baseline's time"

@@ -6,6 +6,10 @@ import json
 import textwrap
 
 CLAIMS = """
+[vocabulary]   # the metric and configurations of these tests' own measurements
+metrics = ["demo.time"]
+configs = ["slow", "fast"]
+
 [[claim]]
 id = "rule.pass"
 statement = "clearly inside the bound"

@@ -64,6 +64,15 @@ def _string_list(value: Any, base: Path) -> frozenset[str]:
     return frozenset(value)
 
 
+def _features(value: Any, base: Path) -> frozenset[str]:
+    from ..hardware import unknown_feature
+    names = _string_list(value, base)
+    for name in sorted(names):
+        if problem := unknown_feature(name):
+            raise _Bad(problem)
+    return names
+
+
 def _path_list(value: Any, base: Path) -> tuple[Path, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise _Bad(f"must be a list of file paths, got {value!r}")
@@ -101,12 +110,12 @@ def _kind(value: Any) -> str:
 
 _CLUSTER_FIELDS: dict[str, Callable] = {
     "name": _string, "launcher": _launcher, "workdir": _path, "shared": _path,
-    "features": _string_list, "sysroot": _path, "controller": _addresses, "python": _string,
+    "features": _features, "sysroot": _path, "controller": _addresses, "python": _string,
     "claims": _path_list,
 }
 _NODE_FIELDS: dict[str, Callable] = {
     "name": _string, "host": _string, "addresses": _addresses, "workdir": _path, "shared": _path,
-    "features": _string_list, "launcher": _launcher, "sysroot": _path, "python": _string,
+    "features": _features, "launcher": _launcher, "sysroot": _path, "python": _string,
 }
 _NODE_REQUIRED = ("name", "host", "workdir")  # workdir may also come from [cluster]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import ConfigError
 from ..results import load
 from .terminal import measurements_table, verdicts_table
 
@@ -22,10 +23,12 @@ def add_commands(subparsers) -> None:
 
 
 def _report(args) -> int:
-    if not args.record.is_file():
-        print(f"hpcnet report: no such run record: {args.record}")
-        return 2
+    if args.record.exists() and not args.record.is_file():
+        raise ConfigError("not a run record (a directory)", str(args.record))
     record = load(args.record)
+    out = args.output if args.output is not None else args.record.parent
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{str(out)!r} is not a directory", "-o")
     if not args.quiet:
         prov = record.provenance
         git = prov.get("git", {})
@@ -38,6 +41,9 @@ def _report(args) -> int:
             print()
             print(verdicts_table(record.verdicts))
     from .html import write_html   # matplotlib loads only when a report is drawn
-    path = write_html(record, args.output if args.output is not None else args.record.parent)
+    try:
+        path = write_html(record, out)
+    except OSError as e:
+        raise ConfigError(f"cannot write the HTML report into {str(out)!r}: {e.strerror or e}", "-o") from None
     print(f"wrote {path}")
     return 0

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 LATENCY_METRIC = "rpc.echo.rtt"
 INTERLEAVED_METRIC = "rpc.echo.rtt.interleaved"
 THROUGHPUT_METRIC = "rpc.echo.calls_per_second"
+PEAK_THROUGHPUT_METRIC = "rpc.echo.peak_calls_per_second"   # per round, the best over the client counts
 SWEEP_SIZES = (1, 64, 1024, 16384, 65536, 1 << 20)
 CLIENT_COUNTS = (1, 2, 4, 8, 16)
 CONFIGS = (("tcp", "pooled"), ("tcp", "naive"), ("shm", "pooled"), ("shm", "naive"))

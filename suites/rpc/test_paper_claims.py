@@ -64,7 +64,7 @@ def test_seed003_peak_throughput(claim_id, nodes, launchers, workdirs, measure, 
     results = wr.throughput(launchers, server, client, workdirs[client.name], configs=(base, cand),
                             rounds=10, seconds=2.0)
     measure.record(*results)
-    claim(c.id, *(Series(wr.THROUGHPUT_METRIC, name, wr.peak_per_round(results, name))
+    claim(c.id, *(Series(wr.PEAK_THROUGHPUT_METRIC, name, wr.peak_per_round(results, name))
                   for name in (wr.config_name(*base), wr.config_name(*cand))))
 
 

@@ -100,9 +100,18 @@ def ping_command(args: argparse.Namespace) -> int:
     from ...measure import summarize   # imported here: it pulls in scipy, which `serve` does not need
     from .client import RpcClient
 
+    from .wire import MAX_DATA_LENGTH
+
     address = parse_address(args.address)
-    if args.size < 0 or args.count < 1:
-        raise ConfigError("--size must be >= 0 and --count >= 1", where="hpcnet rpc ping")
+    if not 0 <= args.size <= MAX_DATA_LENGTH:
+        raise ConfigError(f"payload bytes must be 0..{MAX_DATA_LENGTH} (the RPC message limit), got {args.size}",
+                          where="--size")
+    if args.count < 1:
+        raise ConfigError(f"must be at least 1, got {args.count}", where="--count")
+    if args.warmup < 0:
+        raise ConfigError(f"must be 0 or more, got {args.warmup}", where="--warmup")
+    if not args.timeout > 0:
+        raise ConfigError(f"seconds must be above 0, got {args.timeout:g}", where="--timeout")
     payload = bytes(args.size)
     try:
         with RpcClient(address, transport=args.transport, buffers=args.buffers,
@@ -120,6 +129,9 @@ def ping_command(args: argparse.Namespace) -> int:
                     return 1
     except RpcError as e:
         print(f"hpcnet rpc ping: {args.address}: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:   # refused, reset, unreachable: the address or the server, not this command
+        print(f"hpcnet rpc ping: {args.address}: {e.strerror or e}", file=sys.stderr)
         return 1
     s = summarize(samples)
     print(f"echo {args.transport}://{address[0]}:{address[1]} size={args.size} B "

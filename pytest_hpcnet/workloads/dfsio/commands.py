@@ -29,6 +29,30 @@ from ...errors import ConfigError
 from .job import parse_fs, run_dfsio
 from .options import parse_dfsio_args, parse_size
 
+USAGE = """\
+usage: hpcnet dfsio (-write | -append | -read [-random | -backward | -skip [-skipSize SIZE]] | -truncate
+                     | -clean) [-nrFiles N] [-size SIZE] [-bufferSize BYTES] [-resFile FILE]
+                    [--fs posix:/abs/dir | posix:local | posix:shared | blockstore] [--fsync none|close|every-buffer]
+                    [--cluster local:N | netns:N | INVENTORY.toml] [--workdir DIR] [--transport tcp|shm]
+                    [--replication 1-3] [--block-size SIZE] [--verify] [--timeout SECONDS]
+
+TestDFSIO (single-dash options, as Hadoop's) over a POSIX directory or the reference block store.
+
+options:
+  --fs          where files go (default posix:shared); a posix:/abs/dir must already exist
+  --fsync       posix only: none (default), close (fsync before close), every-buffer
+  --cluster     nodes that run the tasks (default local:4)
+  --workdir     root of an embedded cluster's node dirs (default $TMPDIR/hpcnet-dfsio-$USER, kept so a
+                -read can follow a -write)
+  --transport   blockstore only: tcp (default) or shm
+  --replication blockstore only: 1-3 (default 3, at most the node count)
+  --block-size  blockstore only: block size (default 128MB)
+  --verify      check read data against the write pattern
+  --timeout     seconds for the job (default 600)
+
+example: hpcnet dfsio -write -nrFiles 4 -size 64MB --fs posix:/scratch/x --fsync close
+"""
+
 FLAGS = {"--verify"}
 VALUED = {"--fs", "--cluster", "--workdir", "--fsync", "--transport", "--replication", "--block-size",
           "--timeout"}
@@ -74,7 +98,7 @@ def _int_option(ours: dict, name: str, default: int, lo: int, hi: int) -> int:
 def run_command(args) -> int:
     argv = list(args.dfsio_args)
     if any(a in ("-h", "--help", "-help") for a in argv):
-        print(__doc__)
+        print(USAGE, end="")
         return 0
     theirs, ours = split_args(argv)
     opts = parse_dfsio_args(theirs)
@@ -88,6 +112,11 @@ def run_command(args) -> int:
     root = Path(ours.get("--workdir") or own_dir(Path(tempfile.gettempdir()) / f"hpcnet-dfsio-{getpass.getuser()}"))
     cluster = load_cluster(ours.get("--cluster", "local:4"), root, where="--cluster")
     replication = _int_option(ours, "--replication", min(3, len(cluster.nodes)), 1, 3)
+    if target.kind == "posix" and target.root not in ("local", "shared") \
+            and all(n.launcher == "local" for n in cluster.nodes) and not Path(target.root).is_dir():
+        # TestDFSIO writes under a file system's existing directory (a Lustre mount, a scratch dir):
+        # a mistyped path must not quietly become a new directory on the wrong disk
+        raise ConfigError(f"no such directory {target.root!r} (the posix target must exist)", "--fs")
     with Launchers(cluster, root / "logs") as launchers:
         store = None
         try:
