@@ -71,3 +71,19 @@ def test_serve_on_a_taken_port_fails_with_one_line():
             _stop(proc)
     assert proc.returncode == 2
     assert "cannot listen" in err and len(err.strip().splitlines()) == 1
+
+
+def test_serve_and_ping_default_to_the_native_core_where_it_is_built(capsys):
+    from pytest_hpcnet.reference import native
+    expected = "native" if native.AVAILABLE else "python"
+    proc = _serve("--handlers", "1")
+    try:
+        line = proc.stdout.readline()
+        assert line.rstrip().endswith(f"impl={expected})"), line
+        address = line.split()[3]
+        assert main(["rpc", "ping", address, "--count", "20", "--warmup", "2"]) == 0
+        assert f"impl={expected}" in capsys.readouterr().out
+        assert main(["rpc", "ping", address, "--count", "20", "--warmup", "2", "--impl", "python"]) == 0
+        assert "impl=python" in capsys.readouterr().out
+    finally:
+        assert _stop(proc) == 0

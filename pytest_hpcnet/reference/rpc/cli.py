@@ -18,7 +18,10 @@ def add_commands(subparsers) -> None:
     rpc = subparsers.add_parser("rpc", help="reference Hadoop-IPC-compatible RPC server and client")
     sub = rpc.add_subparsers(dest="rpc_command", required=True, metavar="ACTION")
 
+    impl_help = ("native: the compiled core (tcp; the default where it is built); python: the readable "
+                 "reference (every transport)")
     serve = sub.add_parser("serve", help="run an RPC server (echo + ping) until SIGINT/SIGTERM")
+    serve.add_argument("--impl", choices=["native", "python"], default=None, help=impl_help)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=_port, default=0, help="0 picks a free port (default)")
     serve.add_argument("--transport", choices=sorted(TRANSPORTS), default="tcp")
@@ -38,6 +41,7 @@ def add_commands(subparsers) -> None:
     serve.set_defaults(func=serve_command)
 
     ping = sub.add_parser("ping", help="call echo COUNT times and print round-trip latency statistics")
+    ping.add_argument("--impl", choices=["native", "python"], default=None, help=impl_help)
     ping.add_argument("address", metavar="HOST:PORT")
     ping.add_argument("--size", type=int, default=64, help="payload bytes (default 64)")
     ping.add_argument("--count", type=int, default=1000)
@@ -61,25 +65,36 @@ def parse_address(text: str, where: str = "HOST:PORT") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _impl(args: argparse.Namespace) -> str:
+    """``--impl``, else native where it is built and can serve the transport, else python."""
+    from .. import native
+    if args.impl is None:
+        return "native" if native.AVAILABLE and args.transport == "tcp" and args.buffers == "pooled" \
+            else "python"
+    return native.resolve_impl(args.impl, where="--impl")
+
+
 def serve_command(args: argparse.Namespace) -> int:
-    from .server import IDLE_TIMEOUT, MAX_CONNECTIONS, RpcServer
+    from . import make_server
+    from .server import IDLE_TIMEOUT, MAX_CONNECTIONS
     from .wire import MAX_DATA_LENGTH
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        server = RpcServer(transport=args.transport, host=args.host, port=args.port,
-                           buffers=args.buffers, handlers=args.handlers, dispatch=args.dispatch,
-                           max_data_length=args.max_data_length or MAX_DATA_LENGTH,
-                           max_connections=args.max_connections or MAX_CONNECTIONS,
-                           handshake_timeout=args.handshake_timeout,
-                           idle_timeout=args.idle_timeout or IDLE_TIMEOUT).start()
+        impl = _impl(args)
+        server = make_server(impl, transport=args.transport, host=args.host, port=args.port,
+                             buffers=args.buffers, handlers=args.handlers, dispatch=args.dispatch,
+                             max_data_length=args.max_data_length or MAX_DATA_LENGTH,
+                             max_connections=args.max_connections or MAX_CONNECTIONS,
+                             handshake_timeout=args.handshake_timeout,
+                             idle_timeout=args.idle_timeout or IDLE_TIMEOUT).start()
     except TransportError as e:
         raise ConfigError(str(e), where="--host/--port") from None
     host, port = server.address
     print(f"listening on {args.transport} {host}:{port} (buffers={args.buffers}, handlers={args.handlers}, "
-          f"dispatch={args.dispatch})",
+          f"dispatch={args.dispatch}, impl={impl})",
           flush=True)
     try:
         while not stop.wait(0.5):
@@ -91,19 +106,22 @@ def serve_command(args: argparse.Namespace) -> int:
 
 def ping_command(args: argparse.Namespace) -> int:
     from ...measure import summarize   # imported here: it pulls in scipy, which `serve` does not need
-    from .client import RpcClient
+    from . import make_client
 
     address = parse_address(args.address)
     if args.size < 0 or args.count < 1:
         raise ConfigError("--size must be >= 0 and --count >= 1", where="hpcnet rpc ping")
     payload = bytes(args.size)
+    impl = _impl(args)
     try:
-        with RpcClient(address, transport=args.transport, buffers=args.buffers,
-                       timeout=args.timeout, connect_timeout=args.timeout) as client:
-            for _ in range(args.warmup):
-                client.echo(payload)
+        with make_client(address, impl=impl, transport=args.transport, buffers=args.buffers,
+                         timeout=args.timeout, connect_timeout=args.timeout) as client:
             samples = []
-            for _ in range(args.count):
+            if impl == "native":   # timed inside the core: no interpreter in a timed call
+                samples = client.echo_samples(args.size, args.count, args.warmup)
+            for _ in range(args.warmup if impl == "python" else 0):
+                client.echo(payload)
+            for _ in range(args.count if impl == "python" else 0):
                 t0 = time.perf_counter()
                 reply = client.echo(payload)
                 samples.append((time.perf_counter() - t0) * 1e6)
@@ -116,7 +134,7 @@ def ping_command(args: argparse.Namespace) -> int:
         return 1
     s = summarize(samples)
     print(f"echo {args.transport}://{address[0]}:{address[1]} size={args.size} B "
-          f"iterations={s['n']} round-trip latency (us)")
+          f"iterations={s['n']} impl={impl} round-trip latency (us)")
     labels = {"p99_9": "p99.9"}
     print("  ".join(f"{labels.get(k, k)}={s[k]:.1f}"
                     for k in ("min", "median", "mean", "stdev", "p99", "p99_9", "max")))
