@@ -39,6 +39,24 @@ def serve(host: str, port: int) -> None:
                 _echo(conn)
 
 
+def serve_native(host: str, port: int) -> None:
+    """The same echo server from the native core (``impl=native``): no interpreter on the server side
+    of a ping-pong; runs until killed."""
+    import signal
+    import threading
+
+    from ..reference import native
+    native.require("--impl")
+    server = native.core.FloorServer(host, port)
+    print(f"listening {host} {server.address[1]}", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(0.5):
+        pass
+    server.stop()
+
+
 def _echo(conn: socket.socket) -> None:
     header = bytearray(4)
     buf = bytearray(65536)
@@ -105,6 +123,7 @@ def main(argv=None) -> int:
     s = sub.add_parser("serve")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=0)
+    s.add_argument("--impl", choices=["python", "native"], default="python")
     p = sub.add_parser("ping")
     p.add_argument("--host", required=True)
     p.add_argument("--port", type=int, required=True)
@@ -113,7 +132,7 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=100)
     args = parser.parse_args(argv)
     if args.cmd == "serve":
-        serve(args.host, args.port)
+        (serve_native if args.impl == "native" else serve)(args.host, args.port)
         return 0
     sizes = [int(s) for s in args.sizes.split(",")]
     json.dump(pingpong(args.host, args.port, sizes, args.iterations, args.warmup), sys.stdout)

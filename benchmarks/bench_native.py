@@ -1,0 +1,192 @@
+"""The native core side by side (issue 16): native tcp RPC vs the native raw-socket floor, and native
+vs Python tcp RPC, 64 B echo round trips, measured in one run.
+
+asv discovers the classes (skipped, with the reason, where the native core is not built). Run
+directly for the table and the ratios against the issue's goals:
+
+    python benchmarks/bench_native.py [--size 64] [--rounds 9] [--calls 400]
+
+Every server runs in its own process (as in a deployment); the clients run in this process. The
+native floor and the native RPC are timed inside the core (per-call samples, no interpreter in a
+timed call); the Python RPC is timed around ``RpcClient.echo``, which is what its users get. Paths
+take turns in interleaved rounds (ABBA order), so drift on a shared machine hits them alike; each
+ratio is the median of per-round ratios of medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+PATHS = ("floor-native", "rpc-native", "rpc-python")
+SERVERS = {
+    "floor-native": (["-m", "pytest_hpcnet.workloads.socket_floor", "serve", "--port", "0", "--impl", "native"],
+                     r"^listening (\S+) (\d+)$"),
+    "rpc-native": (["-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0", "--impl", "native",
+                    "--handlers", "1"], r"^listening on \S+ (\S+):(\d+) "),
+    "rpc-python": (["-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0", "--impl", "python",
+                    "--handlers", "4"], r"^listening on \S+ (\S+):(\d+) "),
+}
+
+
+def _require_native() -> None:
+    from pytest_hpcnet.reference import native
+    if not native.AVAILABLE:
+        raise NotImplementedError(native.WHY_NOT)   # asv: skipped, with the reason
+
+
+class _Server:
+    def __init__(self, path: str):
+        args, pattern = SERVERS[path]
+        self.proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        line = self.proc.stdout.readline()
+        m = re.match(pattern, line)
+        if not m:
+            self.stop()
+            raise RuntimeError(f"{path} server did not start: {line!r}")
+        self.address = (m.group(1), int(m.group(2)))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+class _Timer:
+    """Times ``n`` round trips of ``size`` bytes on one path; samples in us."""
+
+    def __init__(self, path: str, address, size: int):
+        from pytest_hpcnet.reference import native
+        from pytest_hpcnet.reference.rpc import make_client
+        self.path, self.size = path, size
+        if path == "floor-native":
+            self._pp = native.core.PingPong(address[0], address[1], size)
+            self.samples = lambda n: self._pp.samples(n)
+        elif path == "rpc-native":
+            self._c = make_client(address, impl="native", timeout=30)
+            self.samples = lambda n: self._c.echo_samples(size, n)
+        else:
+            self._c = make_client(address, impl="python", timeout=30)
+            self.samples = self._python_samples
+            self._payload = bytes(size)
+
+    def _python_samples(self, n: int) -> list[float]:
+        out, clock, echo, payload = [], time.perf_counter_ns, self._c.echo, self._payload
+        for _ in range(n):
+            t0 = clock()
+            echo(payload)
+            out.append((clock() - t0) / 1000)
+        return out
+
+    def close(self) -> None:
+        if self.path != "floor-native":
+            self._c.close()
+
+
+def side_by_side(size: int = 64, rounds: int = 9, calls: int = 400, paths=PATHS) -> dict:
+    """{"samples": {path: [us]}, "round_p50": {path: [us per round]}} from one interleaved run."""
+    from pytest_hpcnet.measure import abba
+    servers = {p: _Server(p) for p in paths}
+    timers = {}
+    try:
+        timers = {p: _Timer(p, servers[p].address, size) for p in paths}
+        for t in timers.values():
+            t.samples(max(50, calls // 2))   # warm-up
+        samples = {p: [] for p in paths}
+        round_p50 = {p: [] for p in paths}
+        for forward in abba(rounds):
+            for p in (paths if forward else paths[::-1]):
+                s = timers[p].samples(calls)
+                samples[p] += s
+                round_p50[p].append(float(np.median(s)))
+    finally:
+        for t in timers.values():
+            t.close()
+        for s in servers.values():
+            s.stop()
+    return {"samples": samples, "round_p50": round_p50}
+
+
+def ratio(run: dict, candidate: str, baseline: str) -> float:
+    rp = run["round_p50"]
+    return float(np.median(np.array(rp[candidate]) / np.array(rp[baseline])))
+
+
+# -- asv ---------------------------------------------------------------------------------------
+class NativeSideBySide:
+    """One interleaved run of the three paths at 64 B; the p50s and the two ratios of issue 16."""
+
+    timeout = 300
+
+    def setup_cache(self):
+        _require_native()
+        return side_by_side(64, rounds=5, calls=300)
+
+    def track_rpc_native_over_floor_native_p50_ratio(self, run):
+        return ratio(run, "rpc-native", "floor-native")
+
+    track_rpc_native_over_floor_native_p50_ratio.unit = "ratio (lower is better)"
+
+    def track_rpc_native_over_rpc_python_p50_ratio(self, run):
+        return ratio(run, "rpc-native", "rpc-python")
+
+    track_rpc_native_over_rpc_python_p50_ratio.unit = "ratio (lower is better)"
+
+    def track_p50_us_floor_native(self, run):
+        return float(np.median(run["samples"]["floor-native"]))
+
+    def track_p50_us_rpc_native(self, run):
+        return float(np.median(run["samples"]["rpc-native"]))
+
+    def track_p50_us_rpc_python(self, run):
+        return float(np.median(run["samples"]["rpc-python"]))
+
+    track_p50_us_floor_native.unit = track_p50_us_rpc_native.unit = track_p50_us_rpc_python.unit = "us"
+
+
+# -- direct run --------------------------------------------------------------------------------
+def main(argv=None) -> int:
+    from tabulate import tabulate
+
+    from pytest_hpcnet.measure import summarize
+    from pytest_hpcnet.reference import native
+
+    ap = argparse.ArgumentParser(prog="python benchmarks/bench_native.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--calls", type=int, default=400)
+    a = ap.parse_args(argv)
+    if not native.AVAILABLE:
+        print(f"bench_native: {native.WHY_NOT}", file=sys.stderr)
+        return 1
+    run = side_by_side(a.size, a.rounds, a.calls)
+    rows = []
+    for p in PATHS:
+        st = summarize(run["samples"][p])
+        rows.append([p, a.size, st["n"]] + [round(st[k], 1) for k in
+                                             ("min", "median", "mean", "stdev", "p99", "p99_9", "max")])
+    print(f"round-trip latency (us), {a.size} B payload, {a.rounds} interleaved rounds of {a.calls} calls")
+    print(tabulate(rows, headers=["path", "size", "n", "min", "p50", "mean", "stdev", "p99", "p99.9", "max"]))
+    print()
+    print(tabulate([["native tcp RPC p50 / native raw-socket floor p50",
+                     f"{ratio(run, 'rpc-native', 'floor-native'):.2f}x", "<= 1.3x"],
+                    ["native tcp RPC p50 / Python tcp RPC p50",
+                     f"{ratio(run, 'rpc-native', 'rpc-python'):.2f}x", "<= 0.25x"]],
+                   headers=["figure (median of per-round ratios)", "measured", "goal (issue 16)"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
