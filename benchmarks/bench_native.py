@@ -1,10 +1,11 @@
 """The native core side by side (issue 16): native tcp RPC vs the native raw-socket floor, and native
-vs Python tcp RPC, 64 B echo round trips, measured in one run.
+vs Python tcp RPC, 64 B echo round trips, measured in one run; then the native buffer designs, pooled
+vs naive, at 64 KiB.
 
 asv discovers the classes (skipped, with the reason, where the native core is not built). Run
 directly for the table and the ratios against the issue's goals:
 
-    python benchmarks/bench_native.py [--size 64] [--rounds 9] [--calls 400]
+    python benchmarks/bench_native.py [--size 64] [--rounds 9] [--calls 400] [--buffers-size 65536]
 
 Every server runs in its own process (as in a deployment); the clients run in this process. The
 native floor and the native RPC are timed inside the core (per-call samples, no interpreter in a
@@ -31,6 +32,8 @@ SERVERS = {
                      r"^listening (\S+) (\d+)$"),
     "rpc-native": (["-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0", "--impl", "native",
                     "--handlers", "1"], r"^listening on \S+ (\S+):(\d+) "),
+    "rpc-native-naive": (["-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0", "--impl", "native",
+                          "--handlers", "1", "--buffers", "naive"], r"^listening on \S+ (\S+):(\d+) "),
     "rpc-python": (["-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0", "--impl", "python",
                     "--handlers", "4"], r"^listening on \S+ (\S+):(\d+) "),
 }
@@ -74,8 +77,9 @@ class _Timer:
         if path == "floor-native":
             self._pp = native.core.PingPong(address[0], address[1], size)
             self.samples = lambda n: self._pp.samples(n)
-        elif path == "rpc-native":
-            self._c = make_client(address, impl="native", timeout=30)
+        elif path.startswith("rpc-native"):
+            buffers = "naive" if path.endswith("-naive") else "pooled"
+            self._c = make_client(address, impl="native", buffers=buffers, timeout=30)
             self.samples = lambda n: self._c.echo_samples(size, n)
         else:
             self._c = make_client(address, impl="python", timeout=30)
@@ -156,6 +160,21 @@ class NativeSideBySide:
     track_p50_us_floor_native.unit = track_p50_us_rpc_native.unit = track_p50_us_rpc_python.unit = "us"
 
 
+class NativeBufferDesigns:
+    """Native tcp RPC at 64 KiB: pooled buffers vs naive copies, one interleaved run."""
+
+    timeout = 300
+
+    def setup_cache(self):
+        _require_native()
+        return side_by_side(65536, rounds=5, calls=100, paths=("rpc-native-naive", "rpc-native"))
+
+    def track_pooled_over_naive_p50_ratio_64k(self, run):
+        return ratio(run, "rpc-native", "rpc-native-naive")
+
+    track_pooled_over_naive_p50_ratio_64k.unit = "ratio (lower is better)"
+
+
 # -- direct run --------------------------------------------------------------------------------
 def main(argv=None) -> int:
     from tabulate import tabulate
@@ -167,6 +186,8 @@ def main(argv=None) -> int:
     ap.add_argument("--size", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--calls", type=int, default=400)
+    ap.add_argument("--buffers-size", type=int, default=65536,
+                    help="payload of the pooled vs naive comparison (0: skip it)")
     a = ap.parse_args(argv)
     if not native.AVAILABLE:
         print(f"bench_native: {native.WHY_NOT}", file=sys.stderr)
@@ -185,6 +206,14 @@ def main(argv=None) -> int:
                     ["native tcp RPC p50 / Python tcp RPC p50",
                      f"{ratio(run, 'rpc-native', 'rpc-python'):.2f}x", "<= 0.25x"]],
                    headers=["figure (median of per-round ratios)", "measured", "goal (issue 16)"]))
+    if a.buffers_size:
+        designs = ("rpc-native-naive", "rpc-native")
+        run = side_by_side(a.buffers_size, a.rounds, max(20, a.calls // 4), paths=designs)
+        print()
+        print(tabulate([[p, a.buffers_size, round(float(np.median(run["samples"][p])), 1)] for p in designs],
+                       headers=["path", "size", "p50 (us)"]))
+        print(f"native pooled p50 / native naive p50 at {a.buffers_size} B: "
+              f"{ratio(run, 'rpc-native', 'rpc-native-naive'):.2f}x (goal <= 0.85x)")
     return 0
 
 

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::buffers::{BufferStats, Design};
 use crate::wire::{self, Cursor, RequestHeader, ResponseHeader};
 
 const READ_SLICE: Duration = Duration::from_millis(50);
@@ -29,6 +30,7 @@ struct State {
     pending: HashMap<i32, Option<Outcome>>,
     broken: Option<CallError>,
     reading: bool,
+    waiting: usize, // callers asleep on the condvar (a notify is a syscall: only when someone waits)
 }
 
 struct FrameReader {
@@ -36,11 +38,12 @@ struct FrameReader {
     buf: Vec<u8>,
     start: usize,
     end: usize,
+    grew: bool,
 }
 
 impl FrameReader {
     /// One whole packet (without its length), or None when the read slice passed without one.
-    fn frame(&mut self, max: usize) -> Result<Option<(usize, usize)>, CallError> {
+    fn frame(&mut self, max: usize, stats: &BufferStats) -> Result<Option<(usize, usize)>, CallError> {
         loop {
             let avail = self.end - self.start;
             if avail >= 4 {
@@ -57,6 +60,7 @@ impl FrameReader {
                 }
                 if self.buf.len() < self.start + 4 + len {
                     if self.start > 0 {
+                        stats.copy(self.end - self.start);
                         self.buf.copy_within(self.start..self.end, 0);
                         self.end -= self.start;
                         self.start = 0;
@@ -64,12 +68,15 @@ impl FrameReader {
                     if self.buf.len() < 4 + len {
                         let grown = (self.buf.len() * 2).min(4 + len).max(self.end + 1);
                         self.buf.resize(grown, 0);
+                        stats.alloc();
+                        self.grew = true;
                     }
                 }
             } else if self.start == self.end {
                 self.start = 0;
                 self.end = 0;
             } else if self.buf.len() - self.start < 4 {
+                stats.copy(self.end - self.start);
                 self.buf.copy_within(self.start..self.end, 0);
                 self.end -= self.start;
                 self.start = 0;
@@ -88,7 +95,7 @@ impl FrameReader {
 }
 
 pub struct Client {
-    writer: Mutex<TcpStream>,
+    writer: Mutex<(TcpStream, Vec<u8>)>,
     reader: Mutex<FrameReader>,
     state: Mutex<State>,
     cv: Condvar,
@@ -98,11 +105,14 @@ pub struct Client {
     peer: String,
     max_data_length: usize,
     method_headers: Mutex<HashMap<String, Vec<u8>>>,
+    design: Design,
+    pub stats: BufferStats,
 }
 
 impl Client {
     pub fn connect(addr: SocketAddr, client_id: Vec<u8>, user: &str, protocol: &str,
-                   connect_timeout: Duration, max_data_length: usize) -> Result<Client, CallError> {
+                   connect_timeout: Duration, max_data_length: usize, design: Design)
+                   -> Result<Client, CallError> {
         let peer = format!("{}:{}", addr.ip(), addr.port());
         let lost = |e: io::Error| {
             if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
@@ -128,10 +138,13 @@ impl Client {
         (&stream).write_all(&hello).map_err(lost)?;
         let rstream = stream.try_clone().map_err(lost)?;
         rstream.set_read_timeout(Some(READ_SLICE)).map_err(lost)?;
+        let stats = BufferStats::default();
+        stats.alloc(); // the connection's receive buffer
         Ok(Client {
-            writer: Mutex::new(stream),
-            reader: Mutex::new(FrameReader { stream: rstream, buf: vec![0; 65536], start: 0, end: 0 }),
-            state: Mutex::new(State { pending: HashMap::new(), broken: None, reading: false }),
+            writer: Mutex::new((stream, Vec::new())),
+            reader: Mutex::new(FrameReader { stream: rstream, buf: vec![0; 65536], start: 0, end: 0,
+                                             grew: true }),
+            state: Mutex::new(State { pending: HashMap::new(), broken: None, reading: false, waiting: 0 }),
             cv: Condvar::new(),
             next_id: AtomicU32::new(0),
             client_id,
@@ -139,14 +152,37 @@ impl Client {
             peer,
             max_data_length,
             method_headers: Mutex::new(HashMap::new()),
+            design,
+            stats,
         })
     }
 
-    fn method_header(&self, method: &str) -> Vec<u8> {
+    /// Frames one call into `out`: length, then the delimited request header, method header and request.
+    fn frame_call(&self, out: &mut Vec<u8>, call_id: i32, method: &str, request: &[u8]) {
         let mut m = self.method_headers.lock().unwrap();
-        m.entry(method.to_string())
-            .or_insert_with(|| wire::encode_method_header(method, &self.protocol, PROTOCOL_VERSION))
-            .clone()
+        if !m.contains_key(method) {
+            m.insert(method.to_string(), wire::encode_method_header(method, &self.protocol, PROTOCOL_VERSION));
+        }
+        let rh = &m[method];
+        let start = out.len();
+        out.extend_from_slice(&[0; 5]); // the packet length, and the request header's length (1 byte)
+        RequestHeader::encode(out, call_id, &self.client_id, -1);
+        let hlen = out.len() - start - 5;
+        if hlen < 128 {
+            out[start + 4] = hlen as u8;
+        } else {
+            // a long client id: the header's length takes more than one byte
+            let hdr = out.split_off(start + 5);
+            out.truncate(start + 4);
+            wire::put_varint(out, hlen as u64);
+            out.extend_from_slice(&hdr);
+        }
+        for part in [&rh[..], request] {
+            wire::put_varint(out, part.len() as u64);
+            out.extend_from_slice(part);
+        }
+        let n = (out.len() - start - 4) as u32;
+        out[start..start + 4].copy_from_slice(&n.to_be_bytes());
     }
 
     /// Calls `method` with a serialized request; returns the serialized response.
@@ -160,18 +196,24 @@ impl Client {
             }
             st.pending.insert(call_id, None);
         }
-        let rh = self.method_header(method);
-        let mut header = Vec::with_capacity(32);
-        RequestHeader::encode(&mut header, call_id, &self.client_id, -1);
-        let mut packet = Vec::with_capacity(16 + header.len() + rh.len() + request.len());
-        packet.extend_from_slice(&[0; 4]);
-        for part in [&header[..], &rh[..], request] {
-            wire::put_varint(&mut packet, part.len() as u64);
-            packet.extend_from_slice(part);
-        }
-        let n = (packet.len() - 4) as u32;
-        packet[..4].copy_from_slice(&n.to_be_bytes());
-        let written = self.writer.lock().unwrap().write_all(&packet);
+        let written = {
+            let mut w = self.writer.lock().unwrap();
+            let (stream, buf) = &mut *w;
+            if self.design == Design::Pooled {
+                // zero-copy framing: encoded straight into the connection's reused send buffer
+                buf.clear();
+                self.frame_call(buf, call_id, method, request);
+                stream.write_all(buf)
+            } else {
+                // naive: the message built in fresh memory, then joined into one more buffer
+                let mut parts = Vec::new();
+                self.frame_call(&mut parts, call_id, method, request);
+                let joined = parts.to_vec();
+                self.stats.alloc();
+                self.stats.copy(joined.len());
+                stream.write_all(&joined)
+            }
+        };
         if let Err(e) = written {
             let err = CallError::Lost(format!("connection to {} lost: {e}", self.peer));
             self.break_with(err.clone());
@@ -198,7 +240,9 @@ impl Client {
                     "{method} got no response within {} s", timeout.as_secs_f64())));
             }
             if st.reading {
+                st.waiting += 1;
                 st = self.cv.wait_timeout(st, deadline - now).unwrap().0;
+                st.waiting -= 1;
                 continue;
             }
             // become the reader until our own response is in
@@ -210,7 +254,9 @@ impl Client {
             if let Err(e) = result {
                 self.fail_all(&mut st, e);
             }
-            self.cv.notify_all(); // another waiter takes over reading
+            if st.waiting > 0 {
+                self.cv.notify_all(); // another waiter takes over reading
+            }
         }
     }
 
@@ -218,20 +264,30 @@ impl Client {
     fn read_until(&self, call_id: i32, deadline: Instant) -> Result<(), CallError> {
         let mut reader = self.reader.lock().unwrap();
         loop {
-            let Some((s, e)) = reader.frame(self.max_data_length)? else {
+            let Some((s, e)) = reader.frame(self.max_data_length, &self.stats)? else {
                 if Instant::now() >= deadline {
                     return Ok(());
                 }
                 continue;
             };
-            let (id, outcome) = self.decode(&reader.buf[s..e])?;
+            self.stats.message(self.design, std::mem::take(&mut reader.grew));
+            let (id, outcome) = if self.design == Design::Pooled {
+                self.decode(&reader.buf[s..e])? // in place
+            } else {
+                let owned = reader.buf[s..e].to_vec(); // naive: copied out to a buffer of its own
+                self.stats.alloc();
+                self.stats.copy(owned.len());
+                self.decode(&owned)?
+            };
             let mut st = self.state.lock().unwrap();
             if let Some(slot) = st.pending.get_mut(&id) {
                 *slot = Some(outcome);
                 if id == call_id {
                     return Ok(());
                 }
-                self.cv.notify_all();
+                if st.waiting > 0 {
+                    self.cv.notify_all();
+                }
             } // else: its caller timed out and left
         }
     }
@@ -267,7 +323,7 @@ impl Client {
             }
         }
         if let Ok(w) = self.writer.try_lock() {
-            let _ = w.shutdown(std::net::Shutdown::Both);
+            let _ = w.0.shutdown(std::net::Shutdown::Both);
         }
     }
 
@@ -284,13 +340,13 @@ impl Client {
         let mut packet = ((header.len() + 1) as u32).to_be_bytes().to_vec();
         wire::put_varint(&mut packet, header.len() as u64);
         packet.extend_from_slice(&header);
-        self.writer.lock().unwrap().write_all(&packet)
+        self.writer.lock().unwrap().0.write_all(&packet)
             .map_err(|e| CallError::Lost(format!("connection to {} lost: {e}", self.peer)))
     }
 
     pub fn close(&self) {
         self.break_with(CallError::Lost("client closed".into()));
-        let _ = self.writer.lock().unwrap().shutdown(std::net::Shutdown::Both);
+        let _ = self.writer.lock().unwrap().0.shutdown(std::net::Shutdown::Both);
     }
 
     pub fn echo(&self, payload: &[u8], timeout: Duration) -> Outcome {
@@ -330,7 +386,7 @@ impl Client {
 impl Drop for Client {
     fn drop(&mut self) {
         if let Ok(w) = self.writer.lock() {
-            let _ = w.shutdown(std::net::Shutdown::Both);
+            let _ = w.0.shutdown(std::net::Shutdown::Both);
         }
     }
 }

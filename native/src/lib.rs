@@ -13,11 +13,13 @@ use pyo3::exceptions::{PyException, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+mod buffers;
 mod client;
 mod floor;
 mod server;
 mod wire;
 
+use buffers::{BufferStats, Design};
 use client::{CallError, Client};
 use server::{Config, Reply, Server, Shared};
 
@@ -46,6 +48,19 @@ fn resolve(host: &str, port: u16) -> PyResult<SocketAddr> {
         .ok_or_else(|| PyOSError::new_err(format!("{host}:{port}: no address")))
 }
 
+fn design(name: &str) -> PyResult<Design> {
+    Design::parse(name).ok_or_else(|| PyValueError::new_err(format!(
+        "unknown buffer design {name:?}; choose pooled or naive")))
+}
+
+fn stats_dict<'py>(py: Python<'py>, stats: &BufferStats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (k, v) in stats.snapshot() {
+        d.set_item(k, v)?;
+    }
+    Ok(d)
+}
+
 fn seconds(s: f64) -> PyResult<Duration> {
     Duration::try_from_secs_f64(s).map_err(|_| PyValueError::new_err(format!("bad duration {s}")))
 }
@@ -60,13 +75,15 @@ struct PyClient {
 impl PyClient {
     #[new]
     #[pyo3(signature = (host, port, client_id, user, protocol, connect_timeout=10.0,
-                        max_data_length=wire::MAX_DATA_LENGTH))]
+                        max_data_length=wire::MAX_DATA_LENGTH, buffers="pooled"))]
+    #[allow(clippy::too_many_arguments)]
     fn new(py: Python<'_>, host: &str, port: u16, client_id: &[u8], user: &str, protocol: &str,
-           connect_timeout: f64, max_data_length: usize) -> PyResult<Self> {
+           connect_timeout: f64, max_data_length: usize, buffers: &str) -> PyResult<Self> {
         let addr = resolve(host, port)?;
         let t = seconds(connect_timeout)?;
         let cid = client_id.to_vec();
-        let inner = py.allow_threads(|| Client::connect(addr, cid, user, protocol, t, max_data_length))
+        let d = design(buffers)?;
+        let inner = py.allow_threads(|| Client::connect(addr, cid, user, protocol, t, max_data_length, d))
             .map_err(call_err)?;
         Ok(PyClient { inner: Arc::new(inner) })
     }
@@ -106,6 +123,11 @@ impl PyClient {
         let c = self.inner.clone();
         py.allow_threads(|| c.close())
     }
+
+    /// The buffer counters of this connection (names as pytest_hpcnet.reference.buffers.BufferStats).
+    fn buffer_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        stats_dict(py, &self.inner.stats)
+    }
 }
 
 /// The event-driven Hadoop IPC v9 server over tcp; `echo` and `ping` are answered natively, every
@@ -123,11 +145,11 @@ impl PyServer {
     #[new]
     #[pyo3(signature = (host, port, protocol, max_data_length=wire::MAX_DATA_LENGTH,
                         max_connections=1024, max_pending=4096, handshake_timeout=10.0,
-                        idle_timeout=20.0, write_timeout=30.0, queue_size=400))]
+                        idle_timeout=20.0, write_timeout=30.0, queue_size=400, buffers="pooled"))]
     #[allow(clippy::too_many_arguments)]
     fn new(host: &str, port: u16, protocol: String, max_data_length: usize,
            max_connections: usize, max_pending: usize, handshake_timeout: f64, idle_timeout: f64,
-           write_timeout: f64, queue_size: usize) -> PyResult<Self> {
+           write_timeout: f64, queue_size: usize, buffers: &str) -> PyResult<Self> {
         let cfg = Config {
             protocol,
             max_data_length,
@@ -137,6 +159,7 @@ impl PyServer {
             idle_timeout: seconds(idle_timeout)?,
             write_timeout: seconds(write_timeout)?,
             queue_size,
+            design: design(buffers)?,
         };
         let server = Server::start(resolve(host, port)?, cfg)
             .map_err(|e| PyOSError::new_err(format!("cannot listen on {host}:{port}: {e}")))?;
@@ -181,6 +204,11 @@ impl PyServer {
             d.set_item(k, v.load(Relaxed))?;
         }
         Ok(d)
+    }
+
+    /// The buffer counters of every connection together.
+    fn buffer_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        stats_dict(py, &self.shared.buffers)
     }
 
     fn closed_reasons<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
+use crate::buffers::{BufferStats, Design};
 use crate::wire::{self, Cursor, RequestHeader};
 
 const LISTENER: Token = Token(0);
@@ -40,6 +41,7 @@ pub struct Config {
     pub idle_timeout: Duration,
     pub write_timeout: Duration,
     pub queue_size: usize,
+    pub design: Design,
 }
 
 /// A call for a Python handler.
@@ -76,6 +78,7 @@ pub struct Shared {
     waker: Waker,
     pub stopping: AtomicBool,
     pub counters: Counters,
+    pub buffers: BufferStats,
     pub open: AtomicUsize,
     pub closed_reasons: Mutex<HashMap<String, u64>>,
 }
@@ -128,6 +131,7 @@ impl Server {
             waker,
             stopping: AtomicBool::new(false),
             counters: Counters::default(),
+            buffers: BufferStats::default(),
             open: AtomicUsize::new(0),
             closed_reasons: Mutex::new(HashMap::new()),
         });
@@ -175,6 +179,7 @@ struct Conn {
     closing: bool, // a FATAL is queued: read nothing more, close once it is written
     paused: bool,  // not read while its responses back up
     writable_interest: bool,
+    grew: bool, // the read buffer grew since the last message (pooled: a pool miss)
 }
 
 impl Conn {
@@ -232,8 +237,10 @@ impl EventLoop {
                         if event.is_writable() {
                             self.on_writable(id);
                         }
-                        if event.is_readable() || event.is_read_closed() || event.is_error() {
-                            self.on_readable(id);
+                        let closed = event.is_read_closed() || event.is_error();
+                        if event.is_readable() || closed {
+                            // the short-read shortcut only where no FIN or error is pending
+                            self.on_readable(id, !closed);
                         }
                     }
                 }
@@ -285,6 +292,7 @@ impl EventLoop {
                         closing: false,
                         paused: false,
                         writable_interest: false,
+                        grew: false,
                     });
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -303,6 +311,8 @@ impl EventLoop {
             if c.closing {
                 continue;
             }
+            let naive = self.shared.cfg.design == Design::Naive;
+            let saved = if naive { Some(std::mem::take(&mut c.wbuf)) } else { None };
             match reply {
                 Reply::Success { call_id, retry_count, body } => {
                     wire::success_packet(&mut c.wbuf, call_id, &c.client_id, retry_count, &body);
@@ -313,10 +323,16 @@ impl EventLoop {
                                        &class_name, &message, code);
                 }
                 Reply::Fatal { call_id, message, code } => {
+                    if let Some(saved) = saved {
+                        c.wbuf = saved;
+                    }
                     let id = id as usize;
                     self.close(id, fatal(code, call_id, message));
                     continue;
                 }
+            }
+            if let Some(saved) = saved {
+                join_naive(&self.shared.buffers, c, saved);
             }
             touched.push(id as usize);
         }
@@ -325,15 +341,15 @@ impl EventLoop {
         }
     }
 
-    fn on_readable(&mut self, id: usize) {
-        let result = self.read_and_process(id);
+    fn on_readable(&mut self, id: usize, short_read_drains: bool) {
+        let result = self.read_and_process(id, short_read_drains);
         match result {
             Ok(()) => self.flush(id),
             Err(close) => self.close(id, close),
         }
     }
 
-    fn read_and_process(&mut self, id: usize) -> Result<(), Close> {
+    fn read_and_process(&mut self, id: usize, short_read_drains: bool) -> Result<(), Close> {
         loop {
             let Some(c) = self.conns.get_mut(&id) else { return Ok(()) };
             if c.closing || c.paused {
@@ -347,6 +363,9 @@ impl EventLoop {
             // room for the bytes the next packet still needs, growing only as they arrive
             if c.rend == c.rbuf.len() {
                 if c.rstart > 0 {
+                    if c.rend > c.rstart {
+                        self.shared.buffers.copy(c.rend - c.rstart); // a pipelined surplus carried over
+                    }
                     c.rbuf.copy_within(c.rstart..c.rend, 0);
                     c.rend -= c.rstart;
                     c.rstart = 0;
@@ -355,6 +374,8 @@ impl EventLoop {
                     let target = need.max(c.rend + 1);
                     let grown = (c.rbuf.len() * 2).max(INITIAL_BUFFER).min(target.max(INITIAL_BUFFER));
                     c.rbuf.resize(grown, 0);
+                    self.shared.buffers.alloc();
+                    c.grew = true;
                 }
             }
             match c.stream.read(&mut c.rbuf[c.rend..]) {
@@ -366,9 +387,16 @@ impl EventLoop {
                     }))
                 }
                 Ok(n) => {
+                    let room = c.rbuf.len() - c.rend;
                     c.rend += n;
                     if c.phase == Phase::Ready {
                         c.last_active = Instant::now();
+                    }
+                    if n < room && short_read_drains {
+                        // a short read drained the socket: a tcp socket raises a new edge when more
+                        // arrives, so the read that would only say WouldBlock is saved
+                        self.process(id)?;
+                        return Ok(());
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -455,9 +483,24 @@ impl EventLoop {
                     c.rstart += 4 + len;
                     if c.phase == Phase::Context {
                         self.context(id, packet)?;
-                    } else {
-                        self.call(id, packet)?;
+                        continue;
                     }
+                    let design = self.shared.cfg.design;
+                    self.shared.buffers.message(design, std::mem::take(&mut c.grew));
+                    if design == Design::Pooled {
+                        self.call(id, packet)?;
+                        continue;
+                    }
+                    // naive: the message copied out to a buffer of its own, the response built in
+                    // fresh memory and joined into the write buffer
+                    let owned = packet.to_vec();
+                    self.shared.buffers.alloc();
+                    self.shared.buffers.copy(owned.len());
+                    let saved = std::mem::take(&mut c.wbuf);
+                    let r = self.call(id, &owned);
+                    let c = self.conns.get_mut(&id).expect("connection");
+                    join_naive(&self.shared.buffers, c, saved);
+                    r?;
                 }
             }
         }
@@ -602,7 +645,7 @@ impl EventLoop {
         }
         if c.paused && c.unsent() <= WRITE_HIGH / 2 {
             c.paused = false;
-            self.on_readable(id); // edge-triggered: bytes that came while paused raise no new event
+            self.on_readable(id, false); // edge-triggered: bytes that came while paused raise no new event
         }
     }
 
@@ -659,6 +702,18 @@ impl EventLoop {
             }
         }
     }
+}
+
+/// Naive framing: what was just encoded into the (fresh) write buffer is one newly allocated message;
+/// it is copied behind the bytes that were waiting (`saved`).
+fn join_naive(stats: &BufferStats, c: &mut Conn, mut saved: Vec<u8>) {
+    let fresh = std::mem::take(&mut c.wbuf);
+    if !fresh.is_empty() {
+        stats.alloc();
+        stats.copy(fresh.len());
+        saved.extend_from_slice(&fresh);
+    }
+    c.wbuf = saved;
 }
 
 /// A SUCCESS packet whose body is EchoResponseProto{payload}, written without an intermediate copy.

@@ -228,5 +228,27 @@ def test_native_refuses_what_it_does_not_implement():
     from pytest_hpcnet.errors import ConfigError
     with pytest.raises(ConfigError, match="tcp only"):
         make_server("native", transport="shm")
-    with pytest.raises(ConfigError, match="pooled"):
-        make_client(("127.0.0.1", 1), impl="native", buffers="naive")
+    with pytest.raises(ConfigError, match="buffer design"):
+        make_client(("127.0.0.1", 1), impl="native", buffers="huge")
+
+
+@pytest.mark.parametrize("size", [1000, 65536])
+def test_pooled_copies_nothing_per_call_and_naive_allocates_and_copies_on_both_ends(size):
+    """The counters of both designs, both ends, per echo call once warm (as test_performance's gate
+    counts them for the Python implementation)."""
+    per_call = {}
+    for buffers in ("pooled", "naive"):
+        with make_server("native", buffers=buffers) as s, \
+                make_client(s.address, impl="native", buffers=buffers, timeout=10) as c:
+            for _ in range(5):
+                c.echo(bytes(size))
+            before = (c.buffers.stats, s.buffer_stats)
+            for _ in range(20):
+                c.echo(bytes(size))
+            time.sleep(0.05)
+            after = (c.buffers.stats, s.buffer_stats)
+            per_call[buffers] = {k: sum(getattr(a, k) - getattr(b, k) for a, b in zip(after, before)) / 20
+                                 for k in ("allocations", "copies", "messages", "pool_hits", "pool_misses")}
+    assert per_call["pooled"]["copies"] == 0 and per_call["pooled"]["allocations"] == 0
+    assert per_call["pooled"]["pool_hits"] == 2 and per_call["pooled"]["messages"] == 2
+    assert per_call["naive"]["copies"] == 4 and per_call["naive"]["allocations"] == 4

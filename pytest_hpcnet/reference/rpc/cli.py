@@ -69,8 +69,7 @@ def _impl(args: argparse.Namespace) -> str:
     """``--impl``, else native where it is built and can serve the transport, else python."""
     from .. import native
     if args.impl is None:
-        return "native" if native.AVAILABLE and args.transport == "tcp" and args.buffers == "pooled" \
-            else "python"
+        return "native" if native.AVAILABLE and args.transport == "tcp" else "python"
     return native.resolve_impl(args.impl, where="--impl")
 
 

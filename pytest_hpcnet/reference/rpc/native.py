@@ -11,9 +11,12 @@ interfaces of ``RpcClient`` and ``RpcServer``.
   ``handshake_timeout``, ``idle_timeout``, ``max_data_length`` (no buffer beyond it, grown only as
   bytes arrive), and ``write_timeout`` for a peer that takes no responses.
 
-Only tcp: ``transport=shm|verbs`` with ``impl=native`` is refused with ``ConfigError``. The buffer
-design of the native path is one reused receive buffer per connection and responses framed in one
-write buffer (``buffers=pooled``); ``buffers=naive`` is not built natively yet and is refused too.
+Only tcp: ``transport=shm|verbs`` with ``impl=native`` is refused with ``ConfigError``. Both buffer
+designs exist natively (``native/src/buffers.rs``) with the Python designs' counters: ``pooled`` reads
+into a connection's reused buffer, parses in place and encodes responses straight into the write
+buffer; ``naive`` copies every message out to a fresh buffer and joins every outgoing one into
+another. ``NativeRpcClient.buffers.stats`` and ``NativeRpcServer.buffer_stats`` give the counters as
+``BufferStats`` (the server's: all its connections together).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from google.protobuf.message import DecodeError
 
 from ...errors import ConfigError
 from .. import native
+from ..buffers import BUFFERS, BufferStats
 from . import wire
 from .errors import RpcConnectionLost, RpcFatalError, RpcRemoteError, RpcTimeout
 
@@ -40,9 +44,9 @@ def check_config(transport: str, buffers: str) -> None:
     if transport != "tcp":
         raise ConfigError(f"impl=native speaks tcp only, not {transport!r}; use impl=python for it",
                           where="impl")
-    if buffers != "pooled":
-        raise ConfigError(f"impl=native has the pooled buffer design only, not {buffers!r}; "
-                          "use impl=python for it", where="impl")
+    if buffers not in BUFFERS:
+        raise ConfigError(f"unknown buffer design {buffers!r}; choose one of {sorted(BUFFERS)}",
+                          where="buffers")
 
 
 def _raise(e: Exception):
@@ -54,6 +58,17 @@ def _raise(e: Exception):
     if kind == "fatal":
         raise RpcFatalError(class_name, message, detail) from None
     raise RpcRemoteError(class_name, message, detail) from None
+
+
+class _NativeBuffers:
+    """``conn.buffers`` of a native connection: its design's name and its counters."""
+
+    def __init__(self, name: str, stats):
+        self.name, self._stats = name, stats
+
+    @property
+    def stats(self) -> BufferStats:
+        return BufferStats(**self._stats())
 
 
 class NativeRpcClient:
@@ -72,13 +87,15 @@ class NativeRpcClient:
         self.max_data_length = max_data_length
         try:
             self._c = native.core.Client(self.address[0], int(self.address[1]), self.client_id,
-                                         user or _user(), protocol, connect_timeout, max_data_length)
+                                         user or _user(), protocol, connect_timeout, max_data_length,
+                                         buffers)
         except native.core.NativeError as e:
             _raise(e)
+        self._buffer_view = _NativeBuffers(buffers, self._c.buffer_stats)
 
     @property
-    def buffers(self) -> str:
-        return self._buffers
+    def buffers(self) -> _NativeBuffers:
+        return self._buffer_view
 
     def call_raw(self, method: str, request_bytes: bytes, timeout: float | None = None) -> bytes:
         try:
@@ -155,7 +172,7 @@ class NativeRpcServer:
         try:
             self._s = native.core.Server(host, port, protocol, max_data_length, max_connections, 4096,
                                          handshake_timeout, idle_timeout, write_timeout,
-                                         handlers * queue_size_per_handler)
+                                         handlers * queue_size_per_handler, buffers)
         except OSError as e:
             from ..transport import TransportError
             raise TransportError(str(e)) from None
@@ -197,6 +214,10 @@ class NativeRpcServer:
     @property
     def counters(self) -> dict:
         return self._s.counters()
+
+    @property
+    def buffer_stats(self) -> BufferStats:
+        return BufferStats(**self._s.buffer_stats())
 
     @property
     def closed_reasons(self) -> dict:
