@@ -10,6 +10,14 @@ PYTEST_ARGS ?=
 
 .PHONY: setup run test gates canary clean asv-assets hadoop-jars
 
+# The native core (native/: Rust + PyO3, built by maturin, which pip fetches from PyPI; crates from
+# crates.io). NATIVE=auto builds it where cargo is (a failed build fails setup), and says so and goes
+# on with the Python implementation where cargo is not; NATIVE=no skips it; NATIVE=yes requires it.
+NATIVE ?= auto
+NATIVE_STAMP = $(VENV)/.native
+NATIVE_SRC = native/Cargo.toml native/Cargo.lock native/pyproject.toml $(wildcard native/src/*.rs) \
+             $(wildcard native/python/pytest_hpcnet_native/*.py)
+
 setup: $(STAMP) $(NATIVE_STAMP)
 
 $(STAMP): pyproject.toml
@@ -18,13 +26,6 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# The native core (native/: Rust + PyO3, built by maturin, which pip fetches from PyPI; crates from
-# crates.io). NATIVE=auto builds it where cargo is (a failed build fails setup), and says so and goes
-# on with the Python implementation where cargo is not; NATIVE=no skips it; NATIVE=yes requires it.
-NATIVE ?= auto
-NATIVE_STAMP = $(VENV)/.native
-NATIVE_SRC = native/Cargo.toml native/Cargo.lock native/pyproject.toml $(wildcard native/src/*.rs) \
-             $(wildcard native/python/pytest_hpcnet_native/*.py)
 $(NATIVE_STAMP): $(STAMP) $(NATIVE_SRC)
 	@if [ "$(NATIVE)" = no ]; then echo "setup: NATIVE=no: the native core is not built; impl=python runs"; \
 	elif command -v cargo >/dev/null 2>&1; then \

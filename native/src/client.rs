@@ -360,6 +360,22 @@ impl Client {
                                              detail: None })
     }
 
+    /// Calls echo with `size` bytes back to back for `seconds`; the calls completed inside that time
+    /// (the one that crosses the end is not counted). The calls/s driver of the throughput workload.
+    pub fn echo_for(&self, size: usize, seconds: f64, timeout: Duration) -> Result<u64, CallError> {
+        let mut req = Vec::with_capacity(size + 6);
+        wire::put_bytes_field(&mut req, 1, &vec![0u8; size]);
+        let end = Instant::now() + Duration::from_secs_f64(seconds.max(0.0));
+        let mut calls = 0;
+        loop {
+            self.call("echo", &req, timeout)?;
+            if Instant::now() > end {
+                return Ok(calls);
+            }
+            calls += 1;
+        }
+    }
+
     /// Times `iterations` echo calls of `size` bytes (after `warmup` untimed ones); microseconds.
     pub fn echo_samples(&self, size: usize, iterations: usize, warmup: usize, timeout: Duration)
                         -> Result<Vec<f64>, CallError> {

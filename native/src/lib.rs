@@ -114,6 +114,14 @@ impl PyClient {
         py.allow_threads(|| c.echo_samples(size, iterations, warmup, t)).map_err(call_err)
     }
 
+    /// Echo calls of `size` bytes back to back for `seconds`: how many completed inside that time.
+    #[pyo3(signature = (size, seconds, timeout=30.0))]
+    fn echo_for(&self, py: Python<'_>, size: usize, seconds: f64, timeout: f64) -> PyResult<u64> {
+        let t = self::seconds(timeout)?;
+        let c = self.inner.clone();
+        py.allow_threads(|| c.echo_for(size, seconds, t)).map_err(call_err)
+    }
+
     fn send_ping(&self, py: Python<'_>) -> PyResult<()> {
         let c = self.inner.clone();
         py.allow_threads(|| c.send_ping()).map_err(call_err)

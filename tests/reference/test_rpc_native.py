@@ -252,3 +252,10 @@ def test_pooled_copies_nothing_per_call_and_naive_allocates_and_copies_on_both_e
     assert per_call["pooled"]["copies"] == 0 and per_call["pooled"]["allocations"] == 0
     assert per_call["pooled"]["pool_hits"] == 2 and per_call["pooled"]["messages"] == 2
     assert per_call["naive"]["copies"] == 4 and per_call["naive"]["allocations"] == 4
+
+
+def test_echo_for_counts_the_calls_completed_in_the_time(server):
+    with make_client(server.address, impl="native") as c:
+        t0 = time.monotonic()
+        calls = c.echo_for(64, 0.3)
+        assert 0.3 <= time.monotonic() - t0 < 2 and calls > 10

@@ -125,6 +125,13 @@ class NativeRpcClient:
         except native.core.NativeError as e:
             _raise(e)
 
+    def echo_for(self, size: int, seconds: float) -> int:
+        """Echo calls of ``size`` bytes back to back for ``seconds``, in the core: how many completed."""
+        try:
+            return self._c.echo_for(size, seconds, self.timeout)
+        except native.core.NativeError as e:
+            _raise(e)
+
     def ping(self, timeout: float | None = None) -> None:
         self.call("ping", wire.EmptyRequestProto(), wire.EmptyResponseProto, timeout)
 
