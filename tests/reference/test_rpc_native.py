@@ -259,3 +259,40 @@ def test_echo_for_counts_the_calls_completed_in_the_time(server):
         t0 = time.monotonic()
         calls = c.echo_for(64, 0.3)
         assert 0.3 <= time.monotonic() - t0 < 2 and calls > 10
+
+
+def test_a_thousand_open_connections_cost_the_server_process_little_memory_and_no_thread():
+    """``hpcnet rpc serve --impl native`` with 1,000 connections past their context, each announcing a
+    128 MiB packet: RSS stays under 64 MB in all (issue 16's goal) and no thread is added."""
+    def usage(pid):
+        with open(f"/proc/{pid}/status") as f:
+            status = f.read()
+        rss = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS")))
+        threads = int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads")))
+        return rss / 1024, threads
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0",
+                             "--impl", "native", "--handlers", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    socks = []
+    try:
+        line = proc.stdout.readline()
+        assert "impl=native" in line, line
+        host, port = line.split()[3].rsplit(":", 1)
+        address = (host, int(port))
+        rss0, threads0 = usage(proc.pid)
+        for _ in range(1000):
+            k = socket.create_connection(address)
+            k.sendall(GOLDEN_PREAMBLE + GOLDEN_CONTEXT + struct.pack(">I", wire.MAX_DATA_LENGTH) + b"x")
+            socks.append(k)
+        with make_client(address, impl="native", timeout=10) as c:   # served alongside
+            assert c.echo(b"good") == b"good"
+        time.sleep(0.5)
+        rss, threads = usage(proc.pid)
+        print(f"\nnative rpc server, 1000 connections announcing 128 MiB: RSS {rss0:.0f} -> {rss:.0f} MB, "
+              f"threads {threads0} -> {threads}")
+        assert rss < 64 and threads == threads0
+    finally:
+        for k in socks:
+            k.close()
+        proc.terminate()
+        proc.wait(10)
