@@ -1,11 +1,12 @@
 """The native core side by side (issue 16): native tcp RPC vs the native raw-socket floor, and native
 vs Python tcp RPC, 64 B echo round trips, measured in one run; then the native buffer designs, pooled
-vs naive, at 64 KiB.
+vs naive, at 64 KiB; then calls/s with N client processes, native (server and clients) vs Python.
 
 asv discovers the classes (skipped, with the reason, where the native core is not built). Run
 directly for the table and the ratios against the issue's goals:
 
     python benchmarks/bench_native.py [--size 64] [--rounds 9] [--calls 400] [--buffers-size 65536]
+                                      [--clients 8] [--seconds 2] [--throughput-size 1024]
 
 Every server runs in its own process (as in a deployment); the clients run in this process. The
 native floor and the native RPC are timed inside the core (per-call samples, no interpreter in a
@@ -128,6 +129,54 @@ def ratio(run: dict, candidate: str, baseline: str) -> float:
     return float(np.median(np.array(rp[candidate]) / np.array(rp[baseline])))
 
 
+def _client_process(impl: str, host: str, port: int, seconds: float, size: int) -> None:
+    """One throughput client process: echo back to back for ``seconds`` after "go"; print the count."""
+    from pytest_hpcnet.reference.rpc import make_client
+    payload = bytes(size)
+    with make_client((host, port), impl=impl, timeout=30) as c:
+        for _ in range(50):
+            c.echo(payload)
+        print("ready", flush=True)
+        sys.stdin.readline()
+        if impl == "native":
+            calls = c.echo_for(size, seconds)
+        else:
+            calls, end = 0, time.perf_counter() + seconds
+            while True:
+                c.echo(payload)
+                if time.perf_counter() > end:
+                    break
+                calls += 1
+    print(calls, flush=True)
+
+
+def calls_per_second(path: str, clients: int, seconds: float, size: int) -> float:
+    """Echo calls/s of ``clients`` client processes against a fresh ``path`` server (rpc-native or
+    rpc-python; the clients are of the same implementation)."""
+    server = _Server(path)
+    impl = "native" if path == "rpc-native" else "python"
+    procs = []
+    try:
+        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "_client", impl,
+                                   server.address[0], str(server.address[1]), str(seconds), str(size)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, start_new_session=True) for _ in range(clients)]
+        for p in procs:
+            if p.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"{path} throughput client failed: {p.stderr.read()[-500:]}")
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        total = sum(int(p.stdout.readline()) for p in procs)
+        return total / seconds
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        server.stop()
+
+
 # -- asv ---------------------------------------------------------------------------------------
 class NativeSideBySide:
     """One interleaved run of the three paths at 64 B; the p50s and the two ratios of issue 16."""
@@ -188,6 +237,14 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=400)
     ap.add_argument("--buffers-size", type=int, default=65536,
                     help="payload of the pooled vs naive comparison (0: skip it)")
+    ap.add_argument("--clients", type=int, default=8, help="throughput client processes (0: skip)")
+    ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--throughput-size", type=int, default=1024)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "_client":
+        impl, host, port, seconds, size = argv[1:6]
+        _client_process(impl, host, int(port), float(seconds), int(size))
+        return 0
     a = ap.parse_args(argv)
     if not native.AVAILABLE:
         print(f"bench_native: {native.WHY_NOT}", file=sys.stderr)
@@ -214,6 +271,12 @@ def main(argv=None) -> int:
                        headers=["path", "size", "p50 (us)"]))
         print(f"native pooled p50 / native naive p50 at {a.buffers_size} B: "
               f"{ratio(run, 'rpc-native', 'rpc-native-naive'):.2f}x (goal <= 0.85x)")
+    if a.clients:
+        tput = {p: calls_per_second(p, a.clients, a.seconds, a.throughput_size) for p in ("rpc-python", "rpc-native")}
+        print()
+        print(tabulate([[p, a.clients, a.throughput_size, f"{v:.0f}"] for p, v in tput.items()],
+                       headers=["path (server and clients)", "client processes", "size", "calls/s"]))
+        print(f"native / Python calls/s: {tput['rpc-native'] / tput['rpc-python']:.2f}x")
     return 0
 
 
