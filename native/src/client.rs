@@ -220,8 +220,7 @@ impl Client {
             self.state.lock().unwrap().pending.remove(&call_id);
             return Err(err);
         }
-        let out = self.wait(call_id, deadline, method, timeout);
-        out
+        self.wait(call_id, deadline, method, timeout)
     }
 
     fn wait(&self, call_id: i32, deadline: Instant, method: &str, timeout: Duration) -> Outcome {

@@ -138,6 +138,9 @@ impl PyClient {
     }
 }
 
+/// (conn, call_id, retry_count, method, request bytes)
+type PyCallTuple<'py> = (u64, i32, i32, String, Bound<'py, PyBytes>);
+
 /// The event-driven Hadoop IPC v9 server over tcp; `echo` and `ping` are answered natively, every
 /// other method is queued for `next_call` (Python handler threads).
 #[pyclass(frozen, name = "Server", module = "pytest_hpcnet_native._native")]
@@ -176,8 +179,7 @@ impl PyServer {
     }
 
     /// The next call for a Python handler: (conn, call_id, retry_count, method, request bytes), or None.
-    fn next_call<'py>(&self, py: Python<'py>, timeout: f64)
-                      -> PyResult<Option<(u64, i32, i32, String, Bound<'py, PyBytes>)>> {
+    fn next_call<'py>(&self, py: Python<'py>, timeout: f64) -> PyResult<Option<PyCallTuple<'py>>> {
         let t = seconds(timeout)?;
         let shared = self.shared.clone();
         Ok(py.allow_threads(|| shared.next_call(t))

@@ -135,7 +135,8 @@ impl Server {
             open: AtomicUsize::new(0),
             closed_reasons: Mutex::new(HashMap::new()),
         });
-        let mut ev = EventLoop { poll, listener, shared: shared.clone(), conns: HashMap::new(), next: 2 };
+        let mut ev = EventLoop { poll, listener, shared: shared.clone(), conns: HashMap::new(), next: 2,
+                                 resume: Vec::new() };
         let thread = std::thread::Builder::new().name("hpcnet-rpc-loop".into()).spawn(move || ev.run())?;
         Ok(Server { shared, address, thread: Some(thread) })
     }
@@ -215,6 +216,7 @@ struct EventLoop {
     shared: Arc<Shared>,
     conns: HashMap<usize, Conn>,
     next: usize,
+    resume: Vec<usize>, // connections whose backed-up responses drained: read them again
 }
 
 impl EventLoop {
@@ -244,6 +246,9 @@ impl EventLoop {
                         }
                     }
                 }
+            }
+            while let Some(id) = self.resume.pop() {
+                self.on_readable(id, false); // edge-triggered: bytes that came while paused raise no event
             }
             let now = Instant::now();
             if now.duration_since(last_tick) >= TICK {
@@ -645,7 +650,7 @@ impl EventLoop {
         }
         if c.paused && c.unsent() <= WRITE_HIGH / 2 {
             c.paused = false;
-            self.on_readable(id, false); // edge-triggered: bytes that came while paused raise no new event
+            self.resume.push(id);
         }
     }
 

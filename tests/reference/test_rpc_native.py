@@ -296,3 +296,29 @@ def test_a_thousand_open_connections_cost_the_server_process_little_memory_and_n
             k.close()
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_peer_that_pipelines_without_reading_is_paused_then_fully_answered(server):
+    """40 MiB of echo requests sent before reading a byte: the server stops reading while its answers
+    back up (not buffering without end) and resumes as they drain; every answer arrives, in order."""
+    rh = wire.RequestHeaderProto(methodName="echo", declaringClassProtocolName=wire.ECHO_PROTOCOL,
+                                 clientProtocolVersion=1)
+    payload = bytes(range(256)) * 4096
+    with socket.create_connection(server.address, timeout=30) as s:
+        s.sendall(GOLDEN_PREAMBLE + GOLDEN_CONTEXT)
+
+        def send():
+            for i in range(40):
+                body = b"".join(wire.delimited(wire.request_header(i, CLIENT_ID), rh,
+                                               wire.EchoRequestProto(payload=payload)))
+                s.sendall(struct.pack(">I", len(body)) + body)
+        sender = threading.Thread(target=send)
+        sender.start()
+        time.sleep(1.0)   # nothing read yet: the server must have paused this connection
+        for i in range(40):
+            (n,) = struct.unpack(">I", _recv_exact(s, 4))
+            packet = memoryview(_recv_exact(s, n))
+            hb, pos = wire.read_delimited(packet, 0)
+            assert E.FromString(bytes(hb)).callId == i
+            assert len(wire.read_delimited(packet, pos)[0]) > len(payload)
+        sender.join(30)
