@@ -1,5 +1,6 @@
-"""The native core side by side (issue 16): native tcp RPC vs the native raw-socket floor, and native
-vs Python tcp RPC, 64 B echo round trips, measured in one run; then the native buffer designs, pooled
+"""The native core side by side (issue 16): native tcp RPC vs the native raw-socket floor, native shm
+RPC vs native tcp RPC, and native vs Python tcp RPC, 64 B echo round trips, measured in one run; then
+the native buffer designs, pooled
 vs naive, at 64 KiB; then calls/s with N client processes, native (server and clients) vs Python.
 
 asv discovers the classes (skipped, with the reason, where the native core is not built). Run
@@ -27,12 +28,14 @@ import time
 
 import numpy as np
 
-PATHS = ("floor-native", "rpc-native", "rpc-python")
+PATHS = ("floor-native", "rpc-native", "rpc-native-shm", "rpc-python")
 SERVERS = {
     "floor-native": (["-m", "pytest_hpcnet.workloads.socket_floor", "serve", "--port", "0", "--impl", "native"],
                      r"^listening (\S+) (\d+)$"),
     "rpc-native": (["-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0", "--impl", "native",
                     "--handlers", "1"], r"^listening on \S+ (\S+):(\d+) "),
+    "rpc-native-shm": (["-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0", "--impl", "native",
+                        "--handlers", "1", "--transport", "shm"], r"^listening on \S+ (\S+):(\d+) "),
     "rpc-native-naive": (["-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0", "--impl", "native",
                           "--handlers", "1", "--buffers", "naive"], r"^listening on \S+ (\S+):(\d+) "),
     "rpc-python": (["-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0", "--impl", "python",
@@ -80,7 +83,8 @@ class _Timer:
             self.samples = lambda n: self._pp.samples(n)
         elif path.startswith("rpc-native"):
             buffers = "naive" if path.endswith("-naive") else "pooled"
-            self._c = make_client(address, impl="native", buffers=buffers, timeout=30)
+            transport = "shm" if path.endswith("-shm") else "tcp"
+            self._c = make_client(address, impl="native", buffers=buffers, transport=transport, timeout=30)
             self.samples = lambda n: self._c.echo_samples(size, n)
         else:
             self._c = make_client(address, impl="python", timeout=30)
@@ -197,6 +201,11 @@ class NativeSideBySide:
 
     track_rpc_native_over_rpc_python_p50_ratio.unit = "ratio (lower is better)"
 
+    def track_rpc_native_shm_over_tcp_p50_ratio(self, run):
+        return ratio(run, "rpc-native-shm", "rpc-native")
+
+    track_rpc_native_shm_over_tcp_p50_ratio.unit = "ratio (lower is better)"
+
     def track_p50_us_floor_native(self, run):
         return float(np.median(run["samples"]["floor-native"]))
 
@@ -260,6 +269,8 @@ def main(argv=None) -> int:
     print()
     print(tabulate([["native tcp RPC p50 / native raw-socket floor p50",
                      f"{ratio(run, 'rpc-native', 'floor-native'):.2f}x", "<= 1.3x"],
+                    ["native shm RPC p50 / native tcp RPC p50",
+                     f"{ratio(run, 'rpc-native-shm', 'rpc-native'):.2f}x", "<= 0.5x"],
                     ["native tcp RPC p50 / Python tcp RPC p50",
                      f"{ratio(run, 'rpc-native', 'rpc-python'):.2f}x", "<= 0.25x"]],
                    headers=["figure (median of per-round ratios)", "measured", "goal (issue 16)"]))

@@ -6,11 +6,13 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferStats, Design};
+use crate::shm::ShmEnd;
 use crate::wire::{self, Cursor, RequestHeader, ResponseHeader};
 
 const READ_SLICE: Duration = Duration::from_millis(50);
@@ -33,8 +35,65 @@ struct State {
     waiting: usize, // callers asleep on the condvar (a notify is a syscall: only when someone waits)
 }
 
+/// The byte stream under a connection: a tcp socket, or one end of shm rings.
+enum Link {
+    Tcp(TcpStream),
+    Shm(Arc<ShmEnd>),
+}
+
+impl Link {
+    /// Reads what is there, waiting at most the read slice (then TimedOut).
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Link::Tcp(s) => s.read(buf),
+            Link::Shm(e) => match e.read(buf) {
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                    if e.wait_readable(READ_SLICE) {
+                        e.read(buf)
+                    } else {
+                        Err(io::ErrorKind::TimedOut.into())
+                    }
+                }
+                other => other,
+            },
+        }
+    }
+
+    fn write_all(&mut self, mut buf: &[u8], timeout: Duration) -> io::Result<()> {
+        match self {
+            Link::Tcp(s) => s.write_all(buf),
+            Link::Shm(e) => {
+                let deadline = Instant::now() + timeout;
+                while !buf.is_empty() {
+                    match e.write(buf) {
+                        Ok(n) => buf = &buf[n..],
+                        Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                            let now = Instant::now();
+                            if now >= deadline || !e.wait_writable(deadline - now) {
+                                return Err(io::Error::new(io::ErrorKind::TimedOut,
+                                                          "the peer did not drain the ring"));
+                            }
+                        }
+                        Err(err) => return Err(err),
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn shutdown(&self) {
+        match self {
+            Link::Tcp(s) => {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+            Link::Shm(e) => e.close(),
+        }
+    }
+}
+
 struct FrameReader {
-    stream: TcpStream,
+    stream: Link,
     buf: Vec<u8>,
     start: usize,
     end: usize,
@@ -95,7 +154,8 @@ impl FrameReader {
 }
 
 pub struct Client {
-    writer: Mutex<(TcpStream, Vec<u8>)>,
+    writer: Mutex<(Link, Vec<u8>)>,
+    write_timeout: Duration,
     reader: Mutex<FrameReader>,
     state: Mutex<State>,
     cv: Condvar,
@@ -110,10 +170,15 @@ pub struct Client {
 }
 
 impl Client {
-    pub fn connect(addr: SocketAddr, client_id: Vec<u8>, user: &str, protocol: &str,
+    /// `shm`: Some((host, port)) of an shm server (`addr` is then unused).
+    #[allow(clippy::too_many_arguments)]
+    pub fn connect(addr: SocketAddr, shm: Option<(&str, u16)>, client_id: Vec<u8>, user: &str, protocol: &str,
                    connect_timeout: Duration, max_data_length: usize, design: Design)
                    -> Result<Client, CallError> {
-        let peer = format!("{}:{}", addr.ip(), addr.port());
+        let peer = match shm {
+            Some((h, p)) => format!("shm {h}:{p}"),
+            None => format!("{}:{}", addr.ip(), addr.port()),
+        };
         let lost = |e: io::Error| {
             if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
                 CallError::Timeout(format!("connecting to {peer}: {e}"))
@@ -121,9 +186,20 @@ impl Client {
                 CallError::Lost(format!("connecting to {peer}: {e}"))
             }
         };
-        let stream = TcpStream::connect_timeout(&addr, connect_timeout).map_err(lost)?;
-        stream.set_nodelay(true).map_err(lost)?;
-        stream.set_write_timeout(Some(connect_timeout)).map_err(lost)?;
+        let (mut wlink, rlink) = match shm {
+            Some((h, p)) => {
+                let end = Arc::new(crate::shm::connect(h, p, connect_timeout).map_err(lost)?);
+                (Link::Shm(end.clone()), Link::Shm(end))
+            }
+            None => {
+                let stream = TcpStream::connect_timeout(&addr, connect_timeout).map_err(lost)?;
+                stream.set_nodelay(true).map_err(lost)?;
+                stream.set_write_timeout(Some(connect_timeout)).map_err(lost)?;
+                let rstream = stream.try_clone().map_err(lost)?;
+                rstream.set_read_timeout(Some(READ_SLICE)).map_err(lost)?;
+                (Link::Tcp(stream), Link::Tcp(rstream))
+            }
+        };
         let mut hello = wire::PREAMBLE.to_vec();
         let mut header = Vec::new();
         RequestHeader::encode(&mut header, wire::CONNECTION_CONTEXT_CALL_ID, &client_id, -1);
@@ -135,14 +211,13 @@ impl Client {
         body.extend_from_slice(&ctx);
         hello.extend_from_slice(&(body.len() as u32).to_be_bytes());
         hello.extend_from_slice(&body);
-        (&stream).write_all(&hello).map_err(lost)?;
-        let rstream = stream.try_clone().map_err(lost)?;
-        rstream.set_read_timeout(Some(READ_SLICE)).map_err(lost)?;
+        wlink.write_all(&hello, connect_timeout).map_err(lost)?;
         let stats = BufferStats::default();
         stats.alloc(); // the connection's receive buffer
         Ok(Client {
-            writer: Mutex::new((stream, Vec::new())),
-            reader: Mutex::new(FrameReader { stream: rstream, buf: vec![0; 65536], start: 0, end: 0,
+            writer: Mutex::new((wlink, Vec::new())),
+            write_timeout: connect_timeout.max(Duration::from_secs(30)),
+            reader: Mutex::new(FrameReader { stream: rlink, buf: vec![0; 65536], start: 0, end: 0,
                                              grew: true }),
             state: Mutex::new(State { pending: HashMap::new(), broken: None, reading: false, waiting: 0 }),
             cv: Condvar::new(),
@@ -203,7 +278,7 @@ impl Client {
                 // zero-copy framing: encoded straight into the connection's reused send buffer
                 buf.clear();
                 self.frame_call(buf, call_id, method, request);
-                stream.write_all(buf)
+                stream.write_all(buf, self.write_timeout)
             } else {
                 // naive: the message built in fresh memory, then joined into one more buffer
                 let mut parts = Vec::new();
@@ -211,7 +286,7 @@ impl Client {
                 let joined = parts.to_vec();
                 self.stats.alloc();
                 self.stats.copy(joined.len());
-                stream.write_all(&joined)
+                stream.write_all(&joined, self.write_timeout)
             }
         };
         if let Err(e) = written {
@@ -322,7 +397,7 @@ impl Client {
             }
         }
         if let Ok(w) = self.writer.try_lock() {
-            let _ = w.0.shutdown(std::net::Shutdown::Both);
+            w.0.shutdown();
         }
     }
 
@@ -339,13 +414,13 @@ impl Client {
         let mut packet = ((header.len() + 1) as u32).to_be_bytes().to_vec();
         wire::put_varint(&mut packet, header.len() as u64);
         packet.extend_from_slice(&header);
-        self.writer.lock().unwrap().0.write_all(&packet)
+        self.writer.lock().unwrap().0.write_all(&packet, self.write_timeout)
             .map_err(|e| CallError::Lost(format!("connection to {} lost: {e}", self.peer)))
     }
 
     pub fn close(&self) {
         self.break_with(CallError::Lost("client closed".into()));
-        let _ = self.writer.lock().unwrap().0.shutdown(std::net::Shutdown::Both);
+        self.writer.lock().unwrap().0.shutdown();
     }
 
     pub fn echo(&self, payload: &[u8], timeout: Duration) -> Outcome {
@@ -401,7 +476,7 @@ impl Client {
 impl Drop for Client {
     fn drop(&mut self) {
         if let Ok(w) = self.writer.lock() {
-            let _ = w.0.shutdown(std::net::Shutdown::Both);
+            w.0.shutdown();
         }
     }
 }

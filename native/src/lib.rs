@@ -17,11 +17,12 @@ mod buffers;
 mod client;
 mod floor;
 mod server;
+mod shm;
 mod wire;
 
 use buffers::{BufferStats, Design};
 use client::{CallError, Client};
-use server::{Config, Reply, Server, Shared};
+use server::{Config, Listen, Reply, Server, Shared};
 
 create_exception!(_native, NativeError, PyException,
                   "A call failed: args are (kind, class_name, message, error_detail); kind is one of \
@@ -75,15 +76,19 @@ struct PyClient {
 impl PyClient {
     #[new]
     #[pyo3(signature = (host, port, client_id, user, protocol, connect_timeout=10.0,
-                        max_data_length=wire::MAX_DATA_LENGTH, buffers="pooled"))]
+                        max_data_length=wire::MAX_DATA_LENGTH, buffers="pooled", transport="tcp"))]
     #[allow(clippy::too_many_arguments)]
     fn new(py: Python<'_>, host: &str, port: u16, client_id: &[u8], user: &str, protocol: &str,
-           connect_timeout: f64, max_data_length: usize, buffers: &str) -> PyResult<Self> {
-        let addr = resolve(host, port)?;
+           connect_timeout: f64, max_data_length: usize, buffers: &str, transport: &str) -> PyResult<Self> {
         let t = seconds(connect_timeout)?;
         let cid = client_id.to_vec();
         let d = design(buffers)?;
-        let inner = py.allow_threads(|| Client::connect(addr, cid, user, protocol, t, max_data_length, d))
+        let (addr, shm) = match transport {
+            "tcp" => (resolve(host, port)?, None),
+            "shm" => ("0.0.0.0:0".parse().unwrap(), Some((host, port))),
+            other => return Err(PyValueError::new_err(format!("the native core speaks tcp and shm, not {other:?}"))),
+        };
+        let inner = py.allow_threads(|| Client::connect(addr, shm, cid, user, protocol, t, max_data_length, d))
             .map_err(call_err)?;
         Ok(PyClient { inner: Arc::new(inner) })
     }
@@ -156,11 +161,12 @@ impl PyServer {
     #[new]
     #[pyo3(signature = (host, port, protocol, max_data_length=wire::MAX_DATA_LENGTH,
                         max_connections=1024, max_pending=4096, handshake_timeout=10.0,
-                        idle_timeout=20.0, write_timeout=30.0, queue_size=400, buffers="pooled"))]
+                        idle_timeout=20.0, write_timeout=30.0, queue_size=400, buffers="pooled",
+                        transport="tcp"))]
     #[allow(clippy::too_many_arguments)]
     fn new(host: &str, port: u16, protocol: String, max_data_length: usize,
            max_connections: usize, max_pending: usize, handshake_timeout: f64, idle_timeout: f64,
-           write_timeout: f64, queue_size: usize, buffers: &str) -> PyResult<Self> {
+           write_timeout: f64, queue_size: usize, buffers: &str, transport: &str) -> PyResult<Self> {
         let cfg = Config {
             protocol,
             max_data_length,
@@ -172,9 +178,14 @@ impl PyServer {
             queue_size,
             design: design(buffers)?,
         };
-        let server = Server::start(resolve(host, port)?, cfg)
-            .map_err(|e| PyOSError::new_err(format!("cannot listen on {host}:{port}: {e}")))?;
-        let address = (server.address.ip().to_string(), server.address.port());
+        let listen = match transport {
+            "tcp" => Listen::Tcp(resolve(host, port)?),
+            "shm" => Listen::Shm(host.to_string(), port),
+            other => return Err(PyValueError::new_err(format!("the native core speaks tcp and shm, not {other:?}"))),
+        };
+        let server = Server::start(listen, cfg)
+            .map_err(|e| PyOSError::new_err(format!("cannot listen on {transport} {host}:{port}: {e}")))?;
+        let address = server.address.clone();
         Ok(PyServer { shared: server.shared.clone(), server: Mutex::new(Some(server)), address })
     }
 

@@ -18,14 +18,21 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token, Waker};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+
+use mio::net::{TcpListener, TcpStream, UnixListener};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
 use crate::buffers::{BufferStats, Design};
+use crate::shm::{self, ShmEnd};
 use crate::wire::{self, Cursor, RequestHeader};
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
+// a connection `id` (>= 2) has tokens id << 2 | sub: its socket (tcp) or data doorbell (shm) 0, its
+// space doorbell 1, its liveness socket 2 (shm)
+const SUB_SPACE: usize = 1;
 const INITIAL_BUFFER: usize = 4096;
 const KEEP_BUFFER: usize = 256 * 1024; // a buffer grown past this is released once empty
 const MAX_CONTEXT_LENGTH: usize = 64 * 1024;
@@ -112,16 +119,40 @@ impl Shared {
 
 pub struct Server {
     pub shared: Arc<Shared>,
-    pub address: SocketAddr,
+    pub address: (String, u16),
     thread: Option<JoinHandle<()>>,
 }
 
+/// Where a server listens: a tcp address, or an shm (host, port) on this host.
+pub enum Listen {
+    Tcp(SocketAddr),
+    Shm(String, u16),
+}
+
+enum Listener {
+    Tcp(TcpListener),
+    Shm(UnixListener),
+}
+
 impl Server {
-    pub fn start(addr: SocketAddr, cfg: Config) -> io::Result<Server> {
+    pub fn start(listen: Listen, cfg: Config) -> io::Result<Server> {
         let poll = Poll::new()?;
-        let mut listener = TcpListener::bind(addr)?;
-        let address = listener.local_addr()?;
-        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+        let (mut listener, address) = match listen {
+            Listen::Tcp(addr) => {
+                let l = TcpListener::bind(addr)?;
+                let a = l.local_addr()?;
+                (Listener::Tcp(l), (a.ip().to_string(), a.port()))
+            }
+            Listen::Shm(host, port) => {
+                let (l, p) = shm::listen(&host, port)?;
+                l.set_nonblocking(true)?;
+                (Listener::Shm(UnixListener::from_std(l)), (host, p))
+            }
+        };
+        match &mut listener {
+            Listener::Tcp(l) => poll.registry().register(l, LISTENER, Interest::READABLE)?,
+            Listener::Shm(l) => poll.registry().register(l, LISTENER, Interest::READABLE)?,
+        }
         let waker = Waker::new(poll.registry(), WAKER)?;
         let shared = Arc::new(Shared {
             cfg,
@@ -164,8 +195,82 @@ enum Phase {
     Ready,
 }
 
+/// A connection's bytes: a tcp socket, or the server's end of shm rings.
+enum Io {
+    Tcp(TcpStream),
+    Shm(ShmEnd),
+}
+
+impl Io {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Io::Tcp(s) => s.read(buf),
+            Io::Shm(e) => e.read(buf),
+        }
+    }
+
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Io::Tcp(s) => s.write(buf),
+            Io::Shm(e) => match e.write(buf) {
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                    e.set_writer_waiting(true); // then look again: the reader may have just made room
+                    e.write(buf)
+                }
+                other => other,
+            },
+        }
+    }
+
+    fn register(&mut self, r: &Registry, id: usize) -> io::Result<()> {
+        match self {
+            Io::Tcp(s) => r.register(s, Token(id << 2), Interest::READABLE),
+            Io::Shm(e) => {
+                e.always_ring_on_data();
+                r.register(&mut SourceFd(&e.my_data.as_raw_fd()), Token(id << 2), Interest::READABLE)?;
+                r.register(&mut SourceFd(&e.my_space.as_raw_fd()), Token(id << 2 | SUB_SPACE), Interest::READABLE)?;
+                r.register(&mut SourceFd(&e.live.as_raw_fd()), Token(id << 2 | 2), Interest::READABLE)
+            }
+        }
+    }
+
+    fn want_writable(&mut self, r: &Registry, id: usize, on: bool) {
+        match self {
+            Io::Tcp(s) => {
+                let interest = if on { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
+                let _ = r.reregister(s, Token(id << 2), interest);
+            }
+            Io::Shm(e) => {
+                if !on {
+                    e.set_writer_waiting(false);
+                }
+            }
+        }
+    }
+
+    fn close(&mut self, r: &Registry) {
+        match self {
+            Io::Tcp(s) => {
+                let _ = r.deregister(s);
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+            Io::Shm(e) => {
+                for fd in [e.my_data.as_raw_fd(), e.my_space.as_raw_fd(), e.live.as_raw_fd()] {
+                    let _ = r.deregister(&mut SourceFd(&fd));
+                }
+                e.close();
+            }
+        }
+    }
+
+    /// A short read means the socket is drained only on tcp (a ring read also stops at its end).
+    fn short_read_drains(&self) -> bool {
+        matches!(self, Io::Tcp(_))
+    }
+}
+
 struct Conn {
-    stream: TcpStream,
+    stream: Io,
     phase: Phase,
     rbuf: Vec<u8>,
     rstart: usize,
@@ -212,7 +317,7 @@ fn code_name(code: u64) -> &'static str {
 
 struct EventLoop {
     poll: Poll,
-    listener: TcpListener,
+    listener: Listener,
     shared: Arc<Shared>,
     conns: HashMap<usize, Conn>,
     next: usize,
@@ -235,7 +340,19 @@ impl EventLoop {
                 match event.token() {
                     LISTENER => self.accept(),
                     WAKER => self.drain_outbox(),
-                    Token(id) => {
+                    Token(t) => {
+                        let (id, sub) = (t >> 2, t & 3);
+                        if let Some(Io::Shm(e)) = self.conns.get(&id).map(|c| &c.stream) {
+                            // a doorbell or the liveness socket: drain the bell, then look at the rings
+                            match sub {
+                                0 => shm::drain_bell(e.my_data.as_raw_fd()),
+                                SUB_SPACE => shm::drain_bell(e.my_space.as_raw_fd()),
+                                _ => {}
+                            }
+                            self.on_writable(id);
+                            self.on_readable(id, false);
+                            continue;
+                        }
                         if event.is_writable() {
                             self.on_writable(id);
                         }
@@ -264,9 +381,28 @@ impl EventLoop {
 
     fn accept(&mut self) {
         loop {
-            match self.listener.accept() {
-                Ok((mut stream, _)) => {
-                    let _ = stream.set_nodelay(true);
+            let accepted = match &self.listener {
+                Listener::Tcp(l) => l.accept().map(|(s, _)| {
+                    let _ = s.set_nodelay(true);
+                    Some(Io::Tcp(s))
+                }),
+                Listener::Shm(l) => l.accept().map(|(s, _)| {
+                    // the handshake: a few syscalls, one short blocking send of the descriptors
+                    // SAFETY: the descriptor moves from the mio stream to the std one
+                    let s = unsafe { std::os::unix::net::UnixStream::from_raw_fd(s.into_raw_fd()) };
+                    let _ = s.set_nonblocking(false);
+                    match shm::accept(s, shm::RING_CAPACITY) {
+                        Ok(end) => Some(Io::Shm(end)),
+                        Err(e) => {
+                            self.shared.closed(&format!("shm handshake failed: {e}"));
+                            None
+                        }
+                    }
+                }),
+            };
+            match accepted {
+                Ok(None) => continue,
+                Ok(Some(mut stream)) => {
                     let pending = self.conns.values().filter(|c| c.phase != Phase::Ready).count();
                     if pending >= self.shared.cfg.max_pending {
                         let oldest = self.conns.iter().filter(|(_, c)| c.phase != Phase::Ready)
@@ -277,7 +413,8 @@ impl EventLoop {
                     }
                     let id = self.next;
                     self.next += 1;
-                    if self.poll.registry().register(&mut stream, Token(id), Interest::READABLE).is_err() {
+                    if stream.register(self.poll.registry(), id).is_err() {
+                        stream.close(self.poll.registry());
                         continue;
                     }
                     let now = Instant::now();
@@ -299,6 +436,7 @@ impl EventLoop {
                         writable_interest: false,
                         grew: false,
                     });
+                    self.resume.push(id); // shm: bytes may be in the ring already
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -397,7 +535,7 @@ impl EventLoop {
                     if c.phase == Phase::Ready {
                         c.last_active = Instant::now();
                     }
-                    if n < room && short_read_drains {
+                    if n < room && short_read_drains && c.stream.short_read_drains() {
                         // a short read drained the socket: a tcp socket raises a new edge when more
                         // arrives, so the read that would only say WouldBlock is saved
                         self.process(id)?;
@@ -645,8 +783,7 @@ impl EventLoop {
         let want_write = c.unsent() > 0;
         if want_write != c.writable_interest {
             c.writable_interest = want_write;
-            let interest = if want_write { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
-            let _ = self.poll.registry().reregister(&mut c.stream, Token(id), interest);
+            c.stream.want_writable(self.poll.registry(), id, want_write);
         }
         if c.paused && c.unsent() <= WRITE_HIGH / 2 {
             c.paused = false;
@@ -702,8 +839,7 @@ impl EventLoop {
                 if c.phase == Phase::Ready {
                     self.shared.open.fetch_sub(1, Ordering::Relaxed);
                 }
-                let _ = self.poll.registry().deregister(&mut c.stream);
-                let _ = c.stream.shutdown(std::net::Shutdown::Both);
+                c.stream.close(self.poll.registry());
             }
         }
     }

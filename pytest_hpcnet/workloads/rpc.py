@@ -56,7 +56,7 @@ THROUGHPUT_METRIC = "rpc.echo.calls_per_second"
 SWEEP_SIZES = (1, 64, 1024, 16384, 65536, 1 << 20)
 CLIENT_COUNTS = (1, 2, 4, 8, 16)
 CONFIGS = (("tcp", "pooled"), ("tcp", "naive"), ("shm", "pooled"), ("shm", "naive"))
-# the native core's configurations (tcp only); named ``...,impl=native``
+# the native core's tcp configurations, named ``...,impl=native`` (shm works natively too, same host only)
 NATIVE_CONFIGS = (("tcp", "pooled", "eth", "native"), ("tcp", "naive", "eth", "native"))
 LISTENING = r"^listening on (\S+) (\S+):(\d+) "
 

@@ -2,9 +2,9 @@
 responses, handler errors, timeouts, the data length limit, a server that dies, malformed input and
 many connections -- over tcp, shm and (where there is an RDMA device) verbs. The test process is the client (it needs to see exceptions and bytes).
 
-Over tcp every test runs four ways (``impls``): the Python server and client, the native server and
-client (``impl=native``, the compiled core), and across them (native client <-> Python server, and the
-reverse). The native ones skip, with the reason, where the native core is not built.
+Over tcp and shm every test runs four ways (``impls``): the Python server and client, the native server
+and client (``impl=native``, the compiled core), and across them (native client <-> Python server, and
+the reverse). The native ones skip, with the reason, where the native core is not built.
 
 The hand-built golden packets (design §8) are checked byte for byte in tests/reference/test_rpc_wire.py;
 here framing is checked on whatever server the suite is pointed at.
@@ -36,10 +36,9 @@ IMPLS = {"python": ("python", "python"), "native": ("native", "native"),
          "native-server+python-client": ("native", "python")}
 
 
-# (transport, IMPLS key): impl=native speaks tcp only
-PATHS = ([pytest.param(("tcp", k), id=f"tcp-{k}") for k in IMPLS]
-         + [pytest.param(("shm", "python"), id="shm"),
-            pytest.param(("verbs", "python"), id="verbs", marks=[pytest.mark.rdma, pytest.mark.pyverbs])])
+# (transport, IMPLS key): impl=native speaks tcp and shm
+PATHS = ([pytest.param((t, k), id=f"{t}-{k}") for t in ("tcp", "shm") for k in IMPLS]
+         + [pytest.param(("verbs", "python"), id="verbs", marks=[pytest.mark.rdma, pytest.mark.pyverbs])])
 
 
 @pytest.fixture(scope="module", params=PATHS)

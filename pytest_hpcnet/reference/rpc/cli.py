@@ -18,8 +18,8 @@ def add_commands(subparsers) -> None:
     rpc = subparsers.add_parser("rpc", help="reference Hadoop-IPC-compatible RPC server and client")
     sub = rpc.add_subparsers(dest="rpc_command", required=True, metavar="ACTION")
 
-    impl_help = ("native: the compiled core (tcp; the default where it is built); python: the readable "
-                 "reference (every transport)")
+    impl_help = ("native: the compiled core (tcp, shm; the default where it is built); python: the "
+                 "readable reference (every transport)")
     serve = sub.add_parser("serve", help="run an RPC server (echo + ping) until SIGINT/SIGTERM")
     serve.add_argument("--impl", choices=["native", "python"], default=None, help=impl_help)
     serve.add_argument("--host", default="127.0.0.1")
@@ -69,7 +69,7 @@ def _impl(args: argparse.Namespace) -> str:
     """``--impl``, else native where it is built and can serve the transport, else python."""
     from .. import native
     if args.impl is None:
-        return "native" if native.AVAILABLE and args.transport == "tcp" else "python"
+        return "native" if native.AVAILABLE and args.transport in ("tcp", "shm") else "python"
     return native.resolve_impl(args.impl, where="--impl")
 
 

@@ -11,7 +11,9 @@ interfaces of ``RpcClient`` and ``RpcServer``.
   ``handshake_timeout``, ``idle_timeout``, ``max_data_length`` (no buffer beyond it, grown only as
   bytes arrive), and ``write_timeout`` for a peer that takes no responses.
 
-Only tcp: ``transport=shm|verbs`` with ``impl=native`` is refused with ``ConfigError``. Both buffer
+Over tcp and shm (``native/src/shm.rs``: the Python shm transport's rings, doorbells and handshake, so
+either side may be Python); ``transport=verbs`` with ``impl=native`` is refused with ``ConfigError``.
+Both buffer
 designs exist natively (``native/src/buffers.rs``) with the Python designs' counters: ``pooled`` reads
 into a connection's reused buffer, parses in place and encodes responses straight into the write
 buffer; ``naive`` copies every message out to a fresh buffer and joins every outgoing one into
@@ -21,10 +23,12 @@ another. ``NativeRpcClient.buffers.stats`` and ``NativeRpcServer.buffer_stats`` 
 
 from __future__ import annotations
 
+import atexit
 import getpass
 import logging
 import threading
 import uuid
+import weakref
 from typing import Callable
 
 from google.protobuf.message import DecodeError
@@ -39,11 +43,14 @@ log = logging.getLogger("pytest_hpcnet.rpc.native")
 E = wire.RpcResponseHeaderProto
 
 
+NATIVE_TRANSPORTS = ("tcp", "shm")
+
+
 def check_config(transport: str, buffers: str) -> None:
     native.require()
-    if transport != "tcp":
-        raise ConfigError(f"impl=native speaks tcp only, not {transport!r}; use impl=python for it",
-                          where="impl")
+    if transport not in NATIVE_TRANSPORTS:
+        raise ConfigError(f"impl=native speaks {' and '.join(NATIVE_TRANSPORTS)}, not {transport!r}; use "
+                          "impl=python for it", where="impl")
     if buffers not in BUFFERS:
         raise ConfigError(f"unknown buffer design {buffers!r}; choose one of {sorted(BUFFERS)}",
                           where="buffers")
@@ -88,7 +95,7 @@ class NativeRpcClient:
         try:
             self._c = native.core.Client(self.address[0], int(self.address[1]), self.client_id,
                                          user or _user(), protocol, connect_timeout, max_data_length,
-                                         buffers)
+                                         buffers, transport)
         except native.core.NativeError as e:
             _raise(e)
         self._buffer_view = _NativeBuffers(buffers, self._c.buffer_stats)
@@ -179,13 +186,14 @@ class NativeRpcServer:
         try:
             self._s = native.core.Server(host, port, protocol, max_data_length, max_connections, 4096,
                                          handshake_timeout, idle_timeout, write_timeout,
-                                         handlers * queue_size_per_handler, buffers)
+                                         handlers * queue_size_per_handler, buffers, transport)
         except OSError as e:
             from ..transport import TransportError
             raise TransportError(str(e)) from None
         self.address = tuple(self._s.address)
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
+        _LIVE.add(self)
 
     def register(self, name: str, request_type: type, handler: Callable, inline: bool = False) -> None:
         """Serve ``name`` from Python: ``handler(request) -> response message``; an exception becomes
@@ -205,6 +213,7 @@ class NativeRpcServer:
     def stop(self) -> None:
         self._stopping.set()
         self._s.stop()
+        _LIVE.discard(self)
         for t in self._threads:
             t.join(timeout=5)
 
@@ -259,6 +268,17 @@ class NativeRpcServer:
                                 E.ERROR_APPLICATION)
                 continue
             s.respond(conn, call_id, retry, response)
+
+
+_LIVE: "weakref.WeakSet[NativeRpcServer]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_live_servers() -> None:
+    """Servers nobody stopped stop before the interpreter goes: a handler thread must not be inside
+    the core when Python finalizes."""
+    for server in list(_LIVE):
+        server.stop()
 
 
 def _user() -> str:
