@@ -10,6 +10,7 @@ import pytest
 
 from pytest_hpcnet.reference import native
 from pytest_hpcnet.workloads import rpc as wr
+from pytest_hpcnet.workloads import socket_floor
 
 pytestmark = pytest.mark.skipif(not native.AVAILABLE, reason=native.WHY_NOT or "-")
 
@@ -37,3 +38,14 @@ def test_calls_per_second_native_next_to_python(nodes, launchers, workdirs, meas
     assert {m.config for m in results} == {"transport=tcp,buffers=pooled,net=eth",
                                            "transport=tcp,buffers=pooled,net=eth,impl=native"}
     assert all(x > 0 for m in results for x in m.samples)
+
+
+def test_native_socket_floor(nodes, launchers, measure):
+    """The raw-socket ping-pong with both ends native (``tcp/eth,impl=native``): the floor the native
+    RPC's figures are read against, in the same run record."""
+    server, client = nodes
+    results = socket_floor.run(launchers, server, client, sizes=(64, 65536), iterations=300, warmup=30,
+                               impl="native")
+    measure.record(*results)
+    assert {m.config for m in results} == {"tcp/eth,impl=native"}
+    assert all(len(m.samples) == 300 and min(m.samples) > 0 for m in results)
