@@ -85,6 +85,7 @@ class Claim:
     why: str | None = None       # why a claim is report-only (required then)
     zero_ok: bool = False        # the candidate may measure 0 (a counter), so a canary adds, not scales
     file: str | None = None      # where the claim was loaded from
+    bound_from: str | None = None  # the [[override]] that set its bounds, if one did ("file: reason")
 
     def __post_init__(self):
         where = _where(self.file, self.id if isinstance(self.id, str) else None)
@@ -172,7 +173,9 @@ class Claim:
 
 # --- loading -------------------------------------------------------------------------------------
 
-_FIELDS = {f.name for f in fields(Claim)} - {"file"}
+_FIELDS = {f.name for f in fields(Claim)} - {"file", "bound_from"}
+# What an [[override]] may change: how a claim is judged on one cluster, never what it measures.
+_OVERRIDABLE = {"min", "max", "tolerance", "warn", "verdicts", "why"}
 _REQUIRED = {"id", "statement", "metric", "candidate", "kind", "direction", "source"}
 
 
@@ -192,8 +195,15 @@ def _claim_from_table(table, file: str, index: int) -> Claim:
 
 
 def load_claims(paths: Iterable[Path | str]) -> dict[str, Claim]:
-    """Claims from TOML files of ``[[claim]]`` tables, by id. Ids must be unique across all files."""
+    """Claims from TOML files of ``[[claim]]`` tables, by id. Ids must be unique across all files.
+
+    A file may also hold ``[[override]]`` tables: ``id`` of a claim from any file, the bound fields to
+    change (``min``, ``max``, ``tolerance``, ``warn``, ``verdicts``, ``why``) and a ``reason``; they apply
+    after every claim is loaded, and the claim then says where its bounds came from (``bound_from``).
+    This is how a cluster keeps its own bounds for the shipped claims.
+    """
     claims: dict[str, Claim] = {}
+    overrides: list[tuple[str, int, dict]] = []
     for path in paths:
         file = str(path)
         try:
@@ -203,10 +213,10 @@ def load_claims(paths: Iterable[Path | str]) -> dict[str, Claim]:
             raise ConfigError(f"invalid TOML: {e}", file) from None
         except OSError as e:
             raise ConfigError(f"cannot read claims file: {e.strerror or e}", file) from None
-        extra = sorted(set(doc) - {"claim"})
+        extra = sorted(set(doc) - {"claim", "override"})
         if extra:
             raise ConfigError(f"unknown top-level key(s) {', '.join(extra)}; "
-                              "a claims file holds only [[claim]] tables", file)
+                              "a claims file holds only [[claim]] and [[override]] tables", file)
         tables = doc.get("claim", [])
         if not isinstance(tables, list):
             raise ConfigError("'claim' must be an array of tables ([[claim]])", file)
@@ -216,7 +226,39 @@ def load_claims(paths: Iterable[Path | str]) -> dict[str, Claim]:
                 raise ConfigError(f"duplicate claim id, already defined in {claims[claim.id].file}",
                                   _where(file, claim.id))
             claims[claim.id] = claim
+        more = doc.get("override", [])
+        if not isinstance(more, list) or not all(isinstance(t, dict) for t in more):
+            raise ConfigError("'override' must be an array of tables ([[override]])", file)
+        overrides += [(file, i, t) for i, t in enumerate(more)]
+    for file, index, table in overrides:
+        _apply_override(claims, file, index, table)
     return claims
+
+
+def _apply_override(claims: dict[str, Claim], file: str, index: int, table: dict) -> None:
+    import difflib
+    from dataclasses import replace
+    where = f"{file}: override #{index + 1}"
+    claim_id = table.get("id")
+    if not isinstance(claim_id, str) or not claim_id:
+        raise ConfigError("needs the id of the claim it overrides", where)
+    if claim_id not in claims:
+        near = difflib.get_close_matches(claim_id, list(claims), n=1)
+        raise ConfigError(f"no claim {claim_id!r} to override" + (f"; did you mean {near[0]!r}?" if near else ""),
+                          where)
+    claim = claims[claim_id]
+    if claim.bound_from is not None:
+        raise ConfigError(f"claim {claim_id!r} is already overridden by {claim.bound_from}", where)
+    changes = {k: v for k, v in table.items() if k not in ("id", "reason")}
+    unknown = sorted(set(changes) - _OVERRIDABLE)
+    if unknown:
+        raise ConfigError(f"cannot override {', '.join(unknown)} of {claim_id!r}; an override may change "
+                          f"{', '.join(sorted(_OVERRIDABLE))}", where)
+    reason = table.get("reason")
+    try:
+        claims[claim_id] = replace(claim, **changes, bound_from=f"{file}" + (f" ({reason})" if reason else ""))
+    except ConfigError as e:
+        raise ConfigError(f"{e} (after the override)", where) from None
 
 
 # --- verdicts ------------------------------------------------------------------------------------
@@ -266,6 +308,7 @@ class Verdict:
     injected: float = 0.0           # canary: the regression injected into the candidate
     sensitivity: float | None = None  # smallest injected regression this gate fails at (local gates)
     samples: dict | None = None     # {"baseline": [...], "candidate": [...]}: what the verdict judged
+    bound_from: str | None = None   # the override that set the bound, when not the shipped claim
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -291,6 +334,7 @@ class Verdict:
                 level = f"{self.confidence:.0%} " if self.confidence is not None else ""
                 measured += f" ({level}CI {_fmt(self.ci[0])}..{_fmt(self.ci[1])}, n={self.n})"
         extra = f"; injected regression {self.injected:.0%}" if self.injected else ""
+        extra += f" (bound from {self.bound_from})" if self.bound_from else ""
         return f"{head} {measured}; bound {self.bound}{extra} -- {self.reason} [source: {self.source}]"
 
 
@@ -365,12 +409,14 @@ def _check_bound(side: str, bound: float, tolerance: float, warn: float, point: 
     if side == "min":
         worst, best, beyond, fail_at = hi, lo, lambda x: x < bound, bound - tolerance
         if hi < fail_at:
-            return "fail", f"whole CI below {_fmt(fail_at)} (the minimum {b} less the tolerance)"
+            return "fail", (f"whole CI below {_fmt(fail_at)} (the minimum {b} less the tolerance)" if tolerance
+                            else f"whole CI below the stated minimum {b}")
         where, band_ok = "below", point >= bound + warn
     else:
         worst, best, beyond, fail_at = lo, hi, lambda x: x > bound, bound + tolerance
         if lo > fail_at:
-            return "fail", f"whole CI above {_fmt(fail_at)} (the maximum {b} plus the tolerance)"
+            return "fail", (f"whole CI above {_fmt(fail_at)} (the maximum {b} plus the tolerance)" if tolerance
+                            else f"whole CI above the stated maximum {b}")
         where, band_ok = "above", point <= bound - warn
     name = "minimum" if side == "min" else "maximum"
     if beyond(worst):
@@ -412,7 +458,7 @@ def evaluate(claim: Claim, baseline: Side | None, candidate: Side, *, inject_reg
     return Verdict(claim_id=claim.id, outcome=outcome, quantity=point, ci=(lo, hi),
                    bound=claim.bound_text(), source=claim.source, reason=reason, kind=claim.kind,
                    confidence=coverage, n=n, enforced=claim.enforced, first_rounds=n,
-                   injected=inject_regression, samples=samples)
+                   injected=inject_regression, samples=samples, bound_from=claim.bound_from)
 
 
 def undecided(claim: Claim, verdict: Verdict) -> bool:
@@ -420,8 +466,11 @@ def undecided(claim: Claim, verdict: Verdict) -> bool:
     if verdict.ci is None:
         return False
     lo, hi = verdict.ci
-    edges = [b + s * claim.tolerance for b, s in ((claim.min, -1), (claim.max, 1)) if b is not None
-             for s in (0, s)]
+    edges = []
+    if claim.min is not None:
+        edges += [claim.min, claim.min - claim.tolerance]
+    if claim.max is not None:
+        edges += [claim.max, claim.max + claim.tolerance]
     return any(lo < e <= hi for e in edges)
 
 
@@ -477,11 +526,12 @@ def not_applicable(claim: Claim, missing: Mapping[str, Sequence[str]]) -> Verdic
     else:
         reason = "not applicable on this cluster"
     return Verdict(claim_id=claim.id, outcome="n/a", quantity=None, ci=None, bound=claim.bound_text(),
-                   source=claim.source, reason=reason, kind=claim.kind, enforced=claim.enforced)
+                   source=claim.source, reason=reason, kind=claim.kind, enforced=claim.enforced,
+                   bound_from=claim.bound_from)
 
 
 def not_evaluated(claim: Claim, reason: str) -> Verdict:
     """A claim of a suite that ran, which no test evaluated (its test was skipped or deselected)."""
     return Verdict(claim_id=claim.id, outcome="not evaluated", quantity=None, ci=None,
                    bound=claim.bound_text(), source=claim.source, reason=reason, kind=claim.kind,
-                   enforced=claim.enforced)
+                   enforced=claim.enforced, bound_from=claim.bound_from)

@@ -7,7 +7,8 @@ recorded runs (the ``samples`` of each claim's verdicts in run records):
 - per-round residuals: each recorded round's log quantity minus its run's median, pooled over runs and
   resampled, so heavy tails and outliers come along as they were measured;
 - drift between runs: each synthetic run is offset by a recorded run's median minus the typical
-  median (the median over runs), plus normal jitter of the same spread;
+  median (the median over runs), plus normal jitter of half their spread (so a few recorded runs
+  still give a continuum of levels, at about the spread they showed);
 - drift within a run: a linear trend whose slope is one of the recorded runs' least-squares slopes.
 
 It reports, per claim: how often a run with no regression (called A/A, as the candidate performs as
@@ -23,13 +24,14 @@ import argparse
 import json
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+from tabulate import tabulate
 
-from .claims import Claim, Verdict, load_claims, settle
-from .measure import Paired
+from .claims import Claim, Verdict, evaluate, load_claims, settle
+from .measure import Paired, Series
 
 REGRESSIONS = (0.0, 0.10, 0.20)
 # What a gate must meet (the README's "Gates and their canary"): at most 1% false fails and 10% warns
@@ -92,7 +94,7 @@ class NoiseModel:
                 idx = rng.integers(pool.candidate.size, size=n)
                 return pool.baseline[idx], pool.candidate[idx]
             return rounds
-        level = self.typical + self.offsets[rng.integers(self.offsets.size)] + rng.normal(0, self.spread)
+        level = self.typical + self.offsets[rng.integers(self.offsets.size)] + rng.normal(0, self.spread / 2)
         slope = self.slopes[rng.integers(self.slopes.size)]
 
         def rounds(start: int, n: int):
@@ -114,8 +116,6 @@ def _trial(claim: Claim, model: NoiseModel, regression: float, first: int, budge
         return list(base), list(cand)
     paired = Paired(claim.baseline or "-", claim.candidate, list(base), list(cand), metric=claim.metric, more=more)
     if claim.kind == "absolute":
-        from .claims import evaluate
-        from .measure import Series
         return evaluate(claim, None, Series(claim.metric, claim.candidate, cand), inject_regression=regression,
                         resamples=resamples).outcome
     return settle(claim, paired, max_rounds=budget, inject_regression=regression, resamples=resamples).outcome
@@ -140,7 +140,6 @@ def quality(claim: Claim, runs: list[RecordedRun], *, trials: int = 400, seed: i
 def proposed_bound(claim: Claim, runs: list[RecordedRun]) -> Claim:
     """The claim with its bad-side bound halfway (in log terms) between its typical value in the recorded
     runs and that value 20% worse, no tolerance and no warn band: the bound a 20% gate would need."""
-    from dataclasses import replace
     model = NoiseModel(claim, runs)
     if model.counter:
         return claim
@@ -164,7 +163,6 @@ def meets_the_bar(row: dict) -> list[str]:
 
 
 def table(rows: list[dict]) -> str:
-    from tabulate import tabulate
     body = [[r["claim_id"], r.get("bound", ""), "gate" if r["enforced"] else "report-only", r["recorded_runs"],
              f"{r['rounds']}..{r['max_rounds']}", f"{r['0%']['fail']:.1%}", f"{r['0%']['warn']:.1%}",
              f"{r['10%']['fail']:.1%}", f"{r['20%']['fail']:.1%}"] for r in rows]

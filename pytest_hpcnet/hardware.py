@@ -285,6 +285,22 @@ class NodeProbe:
     error: str | None = None
 
 
+# What a configuration's transport needs on every node, beyond a claim's hardware markers.
+TRANSPORT_FEATURES = {"verbs": ("rdma", "pyverbs")}
+
+
+def config_features(*configs: str) -> list[str]:
+    """Features the configurations (``"transport=verbs,net=ib,..."``) need on every node: a claim
+    whose candidate runs over verbs is n/a where pyverbs cannot run, whatever its markers say."""
+    needed: set[str] = set()
+    for config in configs:
+        for part in config.split(","):
+            key, _, value = part.strip().partition("=")
+            if key == "transport":
+                needed.update(TRANSPORT_FEATURES.get(value, ()))
+    return sorted(needed)
+
+
 def missing(required: Iterable[str], probes: Mapping[str, NodeProbe]) -> dict[str, list[str]]:
     """Feature -> the nodes that lack it, for every required feature some node lacks."""
     out = {}

@@ -9,13 +9,16 @@ from pathlib import Path
 import pytest
 
 from . import hookspec, options
+from .cluster.reaper import interrupt_on_signals
 from .errors import HpcnetError
 from .hardware import FEATURES
 from .measure import Measurement, Paired
 from .report.terminal import measurements_table, verdicts_summary, verdicts_table
 from .session import HpcnetSession
+from .targets.hadoop.budget import TEST_S as HADOOP_TEST_S
 
 _KEY = pytest.StashKey[HpcnetSession]()
+_RESTORE = pytest.StashKey[object]()
 
 
 class ClaimWarning(UserWarning):
@@ -50,6 +53,7 @@ def _settings(config) -> dict:
 OTHER_MARKERS = {
     "hadoop": "needs Apache Hadoop: Java and the jars of targets/hadoop (skipped with the reason otherwise)",
     "slow": "takes minutes rather than seconds (deselect with -m 'not slow')",
+    "slurm": "needs a real Slurm on this box (slurmctld, slurmd, munge; skipped with the reason otherwise)",
 }
 
 
@@ -67,12 +71,17 @@ def pytest_configure(config):
     except HpcnetError as e:
         raise pytest.UsageError(f"pytest-hpcnet: {e}") from None
     config.stash[_KEY] = session
+    # SIGTERM and SIGHUP end the run like Ctrl-C: every launched process and namespace is torn down
+    config.stash[_RESTORE] = interrupt_on_signals()
 
 
 def pytest_unconfigure(config):
     session = config.stash.get(_KEY, None)
-    if session is not None:
-        session.close()
+    try:
+        if session is not None:
+            session.close()
+    finally:
+        config.stash.get(_RESTORE, lambda: None)()
 
 
 def _session(config) -> HpcnetSession:
@@ -96,11 +105,15 @@ def pytest_collection_modifyitems(session, config, items):
     hs = config.stash.get(_KEY, None)
     if hs is None:
         return
+    timeouts = config.pluginmanager.hasplugin("timeout")
     for item in items:
         hs.collected_paths.add(Path(item.path).resolve())
         required = [m.name for m in item.iter_markers() if m.name in FEATURES]
         if required and (reason := hs.skip_reason(required)):
             item.add_marker(pytest.mark.skip(reason=reason))
+        # A Hadoop test's budget holds on a loaded box and may include the MiniCluster's start-up.
+        if timeouts and item.get_closest_marker("hadoop") and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(HADOOP_TEST_S))
 
 
 # -- xdist: probes go out to workers, results come back (optional hooks: xdist may be absent) --------
@@ -125,6 +138,10 @@ def pytest_sessionfinish(session, exitstatus):
         config.workeroutput["hpcnet"] = hs.worker_output()
         return
     record = hs.finish()
+    if hs.canary and (missed := hs.canary_missed()):
+        hs.canary_report = (f"canary: {len(missed)} enforced local gate(s) did not FAIL with "
+                            f"{hs.canary:.0%} injected: {', '.join(missed)}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if not (record.measurements or record.verdicts):
         return  # nothing measured (e.g. the plugin's own unit tests): no record to keep
     config.hook.pytest_hpcnet_record(config=config, record=record)
@@ -145,6 +162,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         for line in verdicts_summary(hs.verdicts):
             tr.write_line(line)
     tr.write_line(f"hpcnet run record: {hs.record_path}")
+    if getattr(hs, "canary_report", None):
+        tr.write_line(hs.canary_report, red=True, bold=True)
 
 
 # -- fixtures ---------------------------------------------------------------------------------------
@@ -219,14 +238,16 @@ def claim(request, hpcnet):
 
     ``paired`` is a ``measure.Paired`` that names its metric (``measure.paired(..., metric=...)``);
     ``baseline`` and ``candidate`` are ``measure.Series`` or ``Measurement``s. Samples of another metric
-    or configuration than the claim names fail the test. A failed claim fails the test (it only warns
+    or configuration than the claim names fail the test. ``requires``: features the claim's
+    configurations need besides its markers (n/a where absent, before anything runs: pass None as
+    ``baseline``). A failed claim fails the test (it only warns
     for a report-only claim or under ``--hpcnet-verdicts report``); n/a skips it; a warn warns
     (``ClaimWarning``), or fails under ``--hpcnet-strict-warn``. Under ``--hpcnet-canary`` an enforced
     local gate must FAIL, and the test fails if it does not.
     """
-    def check(claim_id: str, baseline, candidate=None):
+    def check(claim_id: str, baseline, candidate=None, *, requires=()):
         try:
-            verdict = hpcnet.check_claim(claim_id, baseline, candidate)
+            verdict = hpcnet.check_claim(claim_id, baseline, candidate, requires=requires)
         except (KeyError, ValueError, TypeError) as e:
             problem = str(e.args[0]) if e.args else str(e)
         else:

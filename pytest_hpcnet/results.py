@@ -99,3 +99,40 @@ def load(path: Path) -> RunRecord:
     return RunRecord(run_id=data["run_id"], provenance=data["provenance"],
                      measurements=[Measurement.from_json(m) for m in data["measurements"]],
                      verdicts=data["verdicts"])
+
+
+def check_nodes(directory: Path, expected: int) -> str | None:
+    """The newest record under ``directory`` lists ``expected`` nodes with as many different addresses
+    (on each network) and names its controller address; None when it does, else what is wrong."""
+    records = sorted(Path(directory).glob("*.json"), key=lambda p: p.stat().st_mtime)
+    if not records:
+        return f"no run record under {directory}"
+    cluster = load(records[-1]).provenance.get("cluster", {})
+    nodes = cluster.get("nodes", [])
+    if len(nodes) != expected:
+        return f"{records[-1]}: {len(nodes)} node(s) recorded, expected {expected}"
+    for network in sorted({net for n in nodes for net in n.get("addresses", {})}):
+        addresses = {n["addresses"].get(network) for n in nodes}
+        if len(addresses) != expected:
+            return f"{records[-1]}: nodes share addresses on {network}: {sorted(map(str, addresses))}"
+    if not cluster.get("controller", {}).get("addresses"):
+        return f"{records[-1]}: no controller address recorded"
+    return None
+
+
+def main(argv=None) -> int:
+    """``python -m pytest_hpcnet.results check-nodes DIR N`` (the Makefile's netns-suites check)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 3 or args[0] != "check-nodes" or not args[2].isdigit():
+        print("usage: python -m pytest_hpcnet.results check-nodes DIR N", file=sys.stderr)
+        return 2
+    problem = check_nodes(Path(args[1]), int(args[2]))
+    if problem:
+        print(f"run record check: {problem}", file=sys.stderr)
+        return 1
+    print(f"run record check: {args[2]} nodes with {args[2]} different addresses")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

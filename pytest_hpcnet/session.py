@@ -66,8 +66,10 @@ class HpcnetSession:
                 Path(cluster.shared).mkdir(parents=True, exist_ok=True)
             self.cluster = cluster
             self.target = load_target(values["target"], where["target"])
+            # the suites' claims, then the cluster's own files (its bound overrides), then the user's
             self.claims: dict[str, Claim] = load_claims(
-                discover_claim_files(self.rootdir, self.args) + [Path(p) for p in values["claims"]])
+                discover_claim_files(self.rootdir, self.args) + list(cluster.claims)
+                + [Path(p) for p in values["claims"]])
         except BaseException:
             shutil.rmtree(self._tmp, ignore_errors=True)
             raise
@@ -109,17 +111,20 @@ class HpcnetSession:
     def record(self, m: Measurement) -> None:
         self.measurements.append(m)
 
-    def check_claim(self, claim_id: str, baseline, candidate=None) -> Verdict:
+    def check_claim(self, claim_id: str, baseline, candidate=None, requires=()) -> Verdict:
         """Evaluate a claim on a ``Paired`` (more rounds are taken while its CI straddles a bound, up to
         ``max_rounds``) or on two sides (``measure.Series``/``Measurement``); n/a without running
-        anything if hardware is absent. Under the canary an enforced local gate's candidate is made
+        anything if hardware is absent (the claim's markers, and ``requires``: what its configurations
+        need, e.g. ``hardware.config_features``). Under the canary an enforced local gate's candidate is made
         worse first; every local claim's sensitivity is recorded."""
         claim = self.claims.get(claim_id)
         if claim is None:
             raise KeyError(f"no claim {claim_id!r} is loaded (known: {', '.join(sorted(self.claims)) or 'none'})")
-        missing = self.missing(claim.markers)
+        missing = self.missing([*claim.markers, *requires])
         if missing:
             verdict = not_applicable(claim, missing)
+            if set(missing) - set(claim.markers):
+                verdict.reason += f" (its configurations need {', '.join(sorted(set(requires)))})"
         else:
             injected = self.canary if self.canary and self.is_gate(claim) else 0.0
             if isinstance(baseline, Paired) and claim.kind == "absolute":
@@ -139,6 +144,12 @@ class HpcnetSession:
         """How many rounds a comparison may grow to: ``--hpcnet-max-rounds``, or three times the rounds it
         started with (a paper-scale test that runs 3 rounds of 10 GB jobs must not grow to 90)."""
         return self.max_rounds if self.max_rounds is not None else 3 * first_rounds
+
+    def canary_missed(self) -> list[str]:
+        """Under the canary: the enforced local gates that did not FAIL with the regression injected
+        (not evaluated at all counts too, so a gate left out of the canary run cannot hide)."""
+        caught = {v["claim_id"] for v in self.verdicts if v.get("injected") and v["outcome"] == "fail"}
+        return sorted(c.id for c in self.claims.values() if self.is_gate(c) and c.id not in caught)
 
     def is_gate(self, claim: Claim) -> bool:
         """An enforced local claim: this project's own regression gate, which the canary must trip."""
@@ -186,7 +197,9 @@ class HpcnetSession:
         probes = self.probes_json()
         nodes = [{"name": n.name, "host": n.host, "addresses": n.addresses, "launcher": n.launcher,
                   **probes[n.name]} for n in self.cluster.nodes]
-        prov = provenance(cluster={"source": self.cluster.source, "name": self.cluster.name, "nodes": nodes},
+        controller = {"addresses": dict(self.cluster.controller), "source": self.cluster.controller_source}
+        prov = provenance(cluster={"source": self.cluster.source, "name": self.cluster.name, "nodes": nodes,
+                                   "controller": controller},
                           target=self.target.describe(), cwd=self.rootdir, args=self.args)
         prov["rounds"] = self.rounds
         prov["max_rounds"] = self.max_rounds

@@ -27,3 +27,16 @@ def reference_only(request, target):
     if target.name != "reference" and request.node.get_closest_marker("hadoop") is None:
         pytest.skip(f"exercises the reference implementation; target is {target.name!r} "
                     f"(its tests are the test_hadoop_* files)")
+
+
+@pytest.fixture
+def needs_one_host(cluster):
+    """``needs_one_host(transport, nodes=None)``: skip, naming the nodes and their hosts, when the
+    transport cannot connect them (shm between hosts, e.g. on netns:N); the workload would refuse it."""
+    from pytest_hpcnet.cluster.model import cross_host_reason
+
+    def check(transport: str, nodes=None) -> None:
+        reason = cross_host_reason(transport, nodes or cluster.nodes)
+        if reason:
+            pytest.skip(f"{reason} (cluster {cluster.source})")
+    return check

@@ -289,7 +289,7 @@ def test_two_sided_claim():
     claim = _claim(kind="ratio", direction="higher", min=2.18, max=2.26)
     assert evaluate(claim, *_paired(2.22, 0.002)).outcome == "pass"
     v = evaluate(claim, *_paired(2.5, 0.002))
-    assert v.outcome == "fail" and "the maximum 2.26" in v.reason
+    assert v.outcome == "fail" and "the stated maximum 2.26" in v.reason
     assert evaluate(claim, *_paired(2.0, 0.002)).outcome == "fail"
 
 
@@ -443,3 +443,31 @@ def test_verdict_follows_the_rules(ratios, bound, tolerance, warn, higher):
             (hi <= bound and v.quantity <= bound - warn)
     beyond = hi < bound if higher else lo > bound
     assert not (beyond and v.outcome == "pass")
+
+
+# --- per-cluster overrides -----------------------------------------------------------------------
+
+def test_override_changes_the_bound_and_says_where_it_came_from(tmp_path):
+    (tmp_path / "mine.toml").write_text('[[override]]\nid = "rpc.latency.shm_vs_tcp"\nmax = 0.6\n'
+                                        'verdicts = "report"\nwhy = "our IB box"\nreason = "measured on ours"\n')
+    claims = load_claims([DATA / "good.toml", tmp_path / "mine.toml"])
+    c = claims["rpc.latency.shm_vs_tcp"]
+    assert (c.max, c.tolerance, c.enforced) == (0.6, 0.05, False)
+    assert c.bound_from == f"{tmp_path / 'mine.toml'} (measured on ours)"
+    v = evaluate(c, Series(c.metric, "transport=tcp", [1.0] * 10), Series(c.metric, "transport=shm", [0.5] * 10))
+    assert v.bound_from == c.bound_from and "(bound from " in v.message()
+
+
+@pytest.mark.parametrize("body, match", [
+    ('[[override]]\nid = "rpc.latency.shm_vs_tpc"\nmax = 0.6\n', "no claim 'rpc.latency.shm_vs_tpc' to override; "
+                                                                 "did you mean 'rpc.latency.shm_vs_tcp'"),
+    ('[[override]]\nmax = 0.6\n', "needs the id"),
+    ('[[override]]\nid = "rpc.latency.shm_vs_tcp"\nmetric = "x"\n', "cannot override metric"),
+    ('[[override]]\nid = "rpc.latency.shm_vs_tcp"\nmax = -1.0\nmin = 0.0\n', "after the override"),
+    ('[[override]]\nid = "rpc.latency.shm_vs_tcp"\nmax = 0.6\n[[override]]\nid = "rpc.latency.shm_vs_tcp"\n'
+     'max = 0.7\n', "already overridden"),
+])
+def test_bad_overrides_are_one_line_errors(tmp_path, body, match):
+    (tmp_path / "mine.toml").write_text(body)
+    text = _error_text([DATA / "good.toml", tmp_path / "mine.toml"])
+    assert "override #" in text and re.search(match, text), text

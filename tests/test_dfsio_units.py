@@ -1,12 +1,17 @@
 """TestDFSIO's command line, formulas and printed block, without starting any process."""
 
+import contextlib
+import io
+import os
 import time
+from types import SimpleNamespace
 
 import pytest
 
 from pytest_hpcnet.errors import ConfigError
+from pytest_hpcnet.workloads.dfsio import task
 from pytest_hpcnet.workloads.dfsio.commands import split_args
-from pytest_hpcnet.workloads.dfsio.job import parse_fs
+from pytest_hpcnet.workloads.dfsio.job import parse_fs, run_dfsio
 from pytest_hpcnet.workloads.dfsio.options import parse_dfsio_args, parse_size
 from pytest_hpcnet.workloads.dfsio.results import DfsioResult, TaskResult, decimal_format, java_date
 
@@ -160,3 +165,51 @@ def test_measurements_carry_the_configuration():
                        "dfsio.random_read.exec_time", "dfsio.random_read.task_rate"}
     assert ms["dfsio.random_read.throughput"].params["fsync"] == "close"
     assert ms["dfsio.random_read.throughput"].value == pytest.approx(10.0)
+
+
+class _InProcessLaunchers:
+    """Runs each DFSIO task's entry point (``task.main``, what ``python -m ...task`` runs on a node)
+    in this process, so a monkeypatched ``os`` function sees the task's own calls."""
+
+    class Proc:
+        def __init__(self, node, argv):
+            self.node, out, err = node, io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                self.code = task.main(argv[argv.index("-m") + 2:])
+            self.out, self.err = out.getvalue(), err.getvalue()
+
+        def wait(self, timeout=None):
+            return self.code
+
+        def poll(self):
+            return self.code
+
+        def output(self):
+            return self.out, self.err
+
+    def start(self, node, argv, **kw):
+        return self.Proc(node, argv)
+
+
+@pytest.mark.parametrize("policy,buffers", [("none", 0), ("close", 1), ("every-buffer", 3 + 1)])
+def test_posix_fsync_policy_calls_fsync_on_the_written_file(monkeypatch, tmp_path, policy, buffers):
+    """A real 10 KB write in 4 KB buffers (3 writes) through run_dfsio's task path: ``close`` fsyncs
+    each file once, while it is still open; ``every-buffer`` after each write and again at close."""
+    synced = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))     # fails if fsync came after close
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    node = SimpleNamespace(name="n0", workdir=str(tmp_path))
+    cluster = SimpleNamespace(name="fake", nodes=[node], shared=None)
+    opts = parse_dfsio_args(["-write", "-nrFiles", "2", "-size", "10KB", "-bufferSize", "4096",
+                             "-resFile", str(tmp_path / "res.log")])
+    target = parse_fs(f"posix:{tmp_path / 'fs'}", fsync=policy)
+    result = run_dfsio(opts, target, _InProcessLaunchers(), cluster)
+    files = [str(tmp_path / "fs" / "io_data" / f"test_io_{i}") for i in range(2)]
+    assert sorted(synced) == sorted(files * buffers)
+    assert [(tmp_path / "fs" / "io_data" / f"test_io_{i}").stat().st_size for i in range(2)] == [10240] * 2
+    assert result.config["fsync"] == policy and result.total_mb == pytest.approx(20 / 1024)

@@ -30,7 +30,9 @@ def test_every_local_claim_has_recorded_runs():
 @pytest.mark.parametrize("claim_id", LOCAL)
 def test_gate_quality(claim_id):
     claim = CLAIMS[claim_id]
-    row = gq.quality(claim, RUNS[claim_id], trials=400, seed=2026)
+    # enforced gates are held to the targets (400 trials: 1% is 4 runs); report-only claims are only
+    # shown, with fewer trials to keep the test short
+    row = gq.quality(claim, RUNS[claim_id], trials=400 if claim.enforced else 40, seed=2026)
     print("\n" + gq.table([row]))
     if claim.enforced:
         assert gq.meets_the_bar(row) == [], gq.table([row])

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -15,9 +16,9 @@ from pytest_hpcnet.cli import main as hpcnet_main
 from pytest_hpcnet.crosscheck import Run, judge, parse_job, parse_rows, render, summarize
 from pytest_hpcnet.errors import ConfigError
 from pytest_hpcnet.targets import load_target
-from pytest_hpcnet.targets.hadoop import jobs, yarn
-from pytest_hpcnet.targets.hadoop.minicluster import (MiniCluster, kill_tree, read_hadoop_xml,
-                                                      write_client_conf)
+from pytest_hpcnet.targets.hadoop import budget, jobs, yarn
+from pytest_hpcnet.targets.hadoop.minicluster import (MiniCluster, MiniClusterError, kill_tree, read_hadoop_xml,
+                                                      write_client_conf, write_hadoop_xml)
 from pytest_hpcnet.targets.hadoop.runtime import HadoopRuntime, HadoopUnavailable, find_java, find_runtime
 
 STATUS = """2026-11-30 08:22:18,038 WARN  [main] util.NativeCodeLoader - Unable to load native-hadoop library
@@ -177,6 +178,41 @@ def test_minicluster_rejects_bad_sizes_and_home_mode(tmp_path):
         MiniCluster(HadoopRuntime(java="java", hadoop_home=tmp_path), tmp_path)
 
 
+def test_minicluster_waits_out_a_half_written_details_file(tmp_path, monkeypatch):
+    """On a loaded box the manager may still be writing -writeDetails when we look: read it again. A
+    manager whose main thread died, or whose JVM exited, fails at once instead."""
+    mc = MiniCluster(HadoopRuntime(java="java", jar_dir=tmp_path), tmp_path, start_timeout=30)
+    mc.conf_dir.mkdir()
+    details, written = tmp_path / "details.json", tmp_path / "manager-conf.xml"
+    write_hadoop_xml(written, {"fs.defaultFS": "hdfs://localhost:9"})
+    write_hadoop_xml(tmp_path / "rm.xml", {"mapreduce.framework.name": "yarn"})
+    monkeypatch.setattr(mc, "_get", lambda path, deadline: (tmp_path / "rm.xml").read_bytes())
+    monkeypatch.setattr(mc, "running_nodemanagers", lambda: 2)
+    mc.proc = subprocess.Popen(["sleep", "60"])
+    try:
+        details.write_text('{"namenode_port": 9, "resourcemanager')
+        later = threading.Timer(1.5, details.write_text, ['{"namenode_port": 9, "resourcemanager_port": 8}'])
+        later.start()
+        mc._wait_ready(details, written)
+        later.join()
+        assert mc.details == {"namenode_port": 9, "resourcemanager_port": 8}
+        assert read_hadoop_xml(mc.conf_dir / "core-site.xml")["mapreduce.framework.name"] == "yarn"
+        details.write_text("{half")
+        mc.log_path.write_text('INFO starting\nException in thread "main" java.net.BindException: '
+                               'Address already in use\n')
+        t0 = time.monotonic()
+        with pytest.raises(MiniClusterError, match="main thread died while starting"):
+            mc._wait_ready(details, written)       # the JVM lives on, but it will never be ready
+        assert time.monotonic() - t0 < 10
+        mc.proc.kill()
+        mc.proc.wait()
+        with pytest.raises(MiniClusterError, match="exited .* while starting"):
+            mc._wait_ready(details, written)
+    finally:
+        mc.proc.kill()
+        mc.proc.wait()
+
+
 def test_kill_tree_reaches_children_in_their_own_sessions(tmp_path):
     """NodeManager containers run under setsid: a process-group kill of the JVM would miss them."""
     pidfile = tmp_path / "grandchild"
@@ -242,3 +278,29 @@ def test_crosscheck_command_rejects_bad_input_before_starting_anything(capsys):
     assert hpcnet_main(["crosscheck", "--target", "reference", "--config", "a", "--config", "b",
                         "--", "teragen", "1G"]) == 2
     assert "runs no external jobs" in capsys.readouterr().err
+
+
+def test_hadoop_tests_get_the_loaded_box_budget(pytester, run_hpcnet):
+    """pytest-timeout's budget for tests marked ``hadoop`` comes from budget.py (with room for the
+    MiniCluster's start-up on a loaded box); a test's own timeout marker still wins."""
+    assert budget.TEST_S > budget.MINICLUSTER_START_S
+    pytester.makepyfile(f"""
+        import pytest
+
+        def timeout(request):
+            return request.node.get_closest_marker("timeout")
+
+        @pytest.mark.hadoop
+        def test_marked(request):
+            assert timeout(request).args == ({budget.TEST_S},)
+
+        @pytest.mark.hadoop
+        @pytest.mark.timeout(7)
+        def test_own_budget(request):
+            assert timeout(request).args == (7,)
+
+        def test_unmarked(request):
+            assert timeout(request) is None
+    """)
+    result = run_hpcnet("--strict-markers")
+    result.assert_outcomes(passed=3)

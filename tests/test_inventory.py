@@ -171,3 +171,71 @@ def test_error_carries_the_file_in_where(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_inventory(path)
     assert info.value.where == str(path)
+
+
+def test_controller_address_comes_from_the_inventory_and_the_record_says_so(tmp_path):
+    path = tmp_path / "inv.toml"
+    path.write_text('[cluster]\ncontroller = { eth = "10.0.0.100", ib = "192.168.1.100" }\n' + GOOD_NODE)
+    cluster = load_inventory(path)
+    assert cluster.controller == {"eth": "10.0.0.100", "ib": "192.168.1.100"}
+    assert cluster.controller_source == "inventory: [cluster] controller in inv.toml"
+    assert all("controller" not in n.extra for n in cluster.nodes)
+
+
+def test_controller_address_is_derived_from_the_route_to_the_nodes(tmp_path):
+    path = tmp_path / "inv.toml"
+    path.write_text(GOOD_NODE)          # host = "localhost": this host reaches it from loopback
+    cluster = load_inventory(path)
+    assert cluster.controller == {"eth": "127.0.0.1"}
+    assert cluster.controller_source.startswith("derived: eth: route to localhost")
+
+
+def test_a_controller_without_addresses_is_refused(tmp_path):
+    path = tmp_path / "inv.toml"
+    path.write_text('[cluster]\ncontroller = {}\n' + GOOD_NODE)
+    with pytest.raises(ConfigError, match=r"\[cluster\], field 'controller'"):
+        load_inventory(path)
+
+
+def test_python_key_is_inherited_and_a_node_may_name_its_own(tmp_path):
+    cluster = load_inventory(write(tmp_path, """
+        [cluster]
+        launcher = "slurm"
+        workdir = "/scratch"
+        python = "/opt/venv/bin/python"
+        [cluster.slurm]
+        partition = "batch"
+        connect_timeout = 5
+        [[nodes]]
+        name = "a"
+        host = "a.example"
+        [[nodes]]
+        name = "b"
+        host = "b.example"
+        python = "/usr/bin/python3.11"
+    """))
+    assert [n.python for n in cluster.nodes] == ["/opt/venv/bin/python", "/usr/bin/python3.11"]
+    assert cluster.nodes[0].extra["slurm"] == {"partition": "batch", "connect_timeout": 5}
+
+
+def test_slurm_outside_an_allocation_says_so(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)
+    with pytest.raises(ConfigError, match="inside a Slurm allocation"):
+        load_cluster("slurm", tmp_path)
+
+
+def test_node_argv_swaps_the_controllers_interpreter_for_the_nodes():
+    import sys
+    from pytest_hpcnet.cluster.launcher import node_argv
+    from pytest_hpcnet.cluster.model import Node
+    node = Node(name="a", host="h", addresses={}, workdir=Path("/w"), python="/opt/py")
+    assert node_argv(node, [sys.executable, "-m", "x"]) == ["/opt/py", "-m", "x"]
+    assert node_argv(node, ["sh", sys.executable]) == ["sh", sys.executable]
+    plain = Node(name="a", host="h", addresses={}, workdir=Path("/w"))
+    assert node_argv(plain, [sys.executable]) == [sys.executable]
+
+
+def test_config_features_of_verbs_configurations():
+    from pytest_hpcnet.hardware import config_features
+    assert config_features("transport=tcp,net=ib", "transport=verbs,net=ib") == ["pyverbs", "rdma"]
+    assert config_features("transport=tcp,net=eth") == []

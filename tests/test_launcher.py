@@ -189,7 +189,7 @@ def test_ssh_prefix_carries_user_port_identity_and_options(tmp_path):
 
 
 def test_ssh_process_argv_ends_with_one_quoted_remote_command(tmp_path):
-    launcher = SshLauncher(logdir=tmp_path / "logs", ssh="false")  # `false` stands in: nothing connects
+    launcher = SshLauncher(logdir=tmp_path / "logs", ssh="false", reuse=False)  # `false` stands in: nothing connects
     try:
         proc = launcher.start(ssh_node(tmp_path, port=22), ["echo", "two words", "$HOME"], env={"A": "b c"})
         assert proc.ssh_argv[:-1] == ["false", "-o", "BatchMode=yes", "-p", "22", "ri-node01.example", "--"]
@@ -226,7 +226,7 @@ def fake_ssh(tmp_path):
 
 
 def test_ssh_kill_signals_the_remote_process_group(tmp_path, fake_ssh):
-    launcher = SshLauncher(logdir=tmp_path / "logs", ssh=fake_ssh)
+    launcher = SshLauncher(logdir=tmp_path / "logs", ssh=fake_ssh, reuse=False)
     remote_group = None
     try:
         proc = launcher.start(ssh_node(tmp_path), SPAWN_GRANDCHILD)
@@ -248,7 +248,7 @@ def test_ssh_kill_signals_the_remote_process_group(tmp_path, fake_ssh):
 
 def test_ssh_hands_secrets_to_the_remote_command_on_stdin_not_argv(tmp_path, fake_ssh, monkeypatch):
     monkeypatch.setenv("HPCNET_RUN_SECRET", "s3cr3t-run")
-    launcher = SshLauncher(logdir=tmp_path / "logs", ssh=fake_ssh)
+    launcher = SshLauncher(logdir=tmp_path / "logs", ssh=fake_ssh, reuse=False)
     try:
         proc = launcher.start(ssh_node(tmp_path), ["sh", "-c", 'echo "$HPCNET_RUN_SECRET|$HPCNET_WORKER_TOKEN|$A"'],
                               env={"HPCNET_WORKER_TOKEN": "t0ken", "A": "plain"})

@@ -46,3 +46,22 @@ def test_report_command_prints_tables(tmp_path, capsys):
 
 def test_report_command_on_missing_file(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nope.json")]) == 2
+
+
+def test_check_nodes_wants_distinct_addresses_and_a_controller(tmp_path):
+    from pytest_hpcnet.results import RunRecord, check_nodes
+
+    def write(addresses, controller=True):
+        nodes = [{"name": f"node{i}", "addresses": {"eth": a}} for i, a in enumerate(addresses)]
+        cluster = {"nodes": nodes, "controller": {"addresses": {"eth": "10.199.1.254"} if controller else {}}}
+        for old in tmp_path.glob("*.json"):
+            old.unlink()
+        RunRecord(run_id="r", provenance={"cluster": cluster}).write(tmp_path)
+
+    write([f"10.199.1.{i}" for i in range(1, 5)])
+    assert check_nodes(tmp_path, 4) is None
+    assert "4 node(s) recorded, expected 3" in check_nodes(tmp_path, 3)
+    write(["127.0.0.1"] * 4)
+    assert "share addresses on eth" in check_nodes(tmp_path, 4)
+    write([f"10.199.1.{i}" for i in range(1, 5)], controller=False)
+    assert "no controller" in check_nodes(tmp_path, 4)

@@ -180,6 +180,18 @@ def test_canary_expects_every_enforced_local_gate_to_fail(pytester, run_hpcnet, 
     assert v["rule.report_only"]["injected"] == 0.0      # nor is a report-only claim
     # caught: rule.fail; not gates, judged as usual: rule.seed003 (warn), rule.report_only (fail, reported)
     result.assert_outcomes(passed=3, failed=3, skipped=1)
+    # the run as a whole names every enforced gate that was not caught, the skipped one too
+    result.stdout.fnmatch_lines(["*canary: 4 enforced local gate(s) did not FAIL with 20% injected: rule.pass, "
+                                 "rule.skipped, rule.tolerance, rule.warn_band*"])
+    assert result.ret == 1
+
+
+def test_canary_run_fails_when_an_enforced_gate_is_left_out(pytester, run_hpcnet, tmp_path):
+    _suite(pytester)
+    result = run_hpcnet("suites", "--hpcnet-canary=20%", "-k", "test_fail")
+    result.assert_outcomes(passed=1, deselected=6)
+    result.stdout.fnmatch_lines(["*canary: 4 enforced local gate(s) did not FAIL*"])
+    assert result.ret == 1
 
 
 def test_samples_of_another_configuration_are_refused(pytester, run_hpcnet, tmp_path):
@@ -188,3 +200,30 @@ def test_samples_of_another_configuration_are_refused(pytester, run_hpcnet, tmp_
     result = run_hpcnet("suites", "-k", "test_pass")
     result.assert_outcomes(failed=1, deselected=6)
     result.stdout.fnmatch_lines(["*claim 'rule.pass' names baseline 'slow', but the samples are of 'fast'*"])
+
+
+INVENTORY = """
+[cluster]
+name = "tiny"
+launcher = "local"
+claims = ["ours.toml"]
+
+[[nodes]]
+name = "node0"
+host = "localhost"
+addresses = { eth = "127.0.0.1" }
+workdir = "work/node0"
+"""
+
+
+def test_a_clusters_override_changes_the_bound_used_and_the_record_says_so(pytester, run_hpcnet, tmp_path):
+    _suite(pytester)
+    pytester.path.joinpath("tiny.toml").write_text(INVENTORY)
+    pytester.path.joinpath("ours.toml").write_text(
+        '[[override]]\nid = "rule.pass"\nmax = 0.7\ntolerance = 0.0\nreason = "our fabric is faster"\n')
+    result = run_hpcnet("suites", "--hpcnet-cluster=tiny.toml", "-k", "test_pass")
+    result.assert_outcomes(failed=1, deselected=6)
+    v = _verdicts(tmp_path)["rule.pass"]
+    assert v["outcome"] == "fail" and v["bound"] == "<= 0.7 (warn band 0.05)"
+    assert v["bound_from"].endswith("ours.toml (our fabric is faster)")
+    result.stdout.fnmatch_lines(["*rule.pass*<= 0.7*(override)*"])

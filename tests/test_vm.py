@@ -3,7 +3,9 @@
 Unit tests run everywhere. ``test_verbs_suites_pass_in_the_soft_roce_guest`` builds (cached) and boots
 the QEMU guest and runs the verbs suites inside; it needs qemu-system-x86_64, debootstrap, cpio, zstd,
 dpkg-deb, apt-get and depmod, and root (debootstrap), and is skipped with the missing piece named
-otherwise (or with HPCNET_VM_TESTS=0). Cold it takes ~4 min on a 2-core box, cached ~1.5 min.
+otherwise (or with HPCNET_VM_TESTS=0). On a 2-core box with the other xdist worker busy it took
+~11.5 min cached (boot ~40 s, the rdma suites ~4.5 min, the rehearsal ~6 min); a cold build adds
+about a minute and a half.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ def test_init_script_sets_up_soft_roce_and_reports_over_serial():
     assert "sh -c 'python3 -m pytest -q x.py'" in text              # the command is shell-quoted
     assert text.index(guest.BEGIN) < text.index(guest.END) < text.index("HPCNET-EXIT")
     assert "/proc/sysrq-trigger" in text
+    assert f"export HPCNET_TIMEOUT_SCALE={guest.TIMEOUT_SCALE}\n" in text   # before anything runs
+    assert text.index("HPCNET_TIMEOUT_SCALE") < text.index("sh -c ")
 
 
 def test_results_block_round_trips_through_a_noisy_serial_log(tmp_path):
@@ -199,6 +203,10 @@ def _guest_unavailable() -> str | None:
     return None
 
 
+LATENCY_TEST = "test_latency_sweep_verbs_and_tcp_next_to_ib_send_lat"
+NO_FIGURES = "ib_send_lat gave no figures"   # its skip reason (suites/rpc/test_verbs_rpc.py)
+
+
 def _suite(path):
     root = ET.parse(path).getroot()
     return root if root.tag == "testsuite" else root.find("testsuite")
@@ -209,23 +217,34 @@ def _outcomes(suite) -> dict[str, str]:
                                 "passed") for c in suite.iter("testcase")}
 
 
-@pytest.mark.timeout(1800)
+# The guest's budget (boot, every rdma-marked test, the rehearsal) and, on top, a cold guest build.
+GUEST_SECONDS = 2100
+BUILD_SECONDS = 300
+
+
+@pytest.mark.timeout(GUEST_SECONDS + BUILD_SECONDS)
 @pytest.mark.skipif(_guest_unavailable() is not None, reason=str(_guest_unavailable()))
 def test_verbs_suites_pass_in_the_soft_roce_guest(tmp_path, measure):
-    """In one boot: every rdma-marked test (must pass), then the paper-claims rehearsal (must run)."""
-    command = guest.all_of([guest.guest_pytest_command(DEFAULT_TESTS + ["-p", "no:randomly"]),
+    """In one boot: every rdma-marked test (must pass), then the paper-claims rehearsal (must run).
+    The guest's pytest runs verbose with its slowest tests listed: its output is on the serial log
+    as it runs, so a run that overstays its budget shows where the time went."""
+    command = guest.all_of([guest.guest_pytest_command(DEFAULT_TESTS + ["-p", "no:randomly", "-v",
+                                                                        "--durations=15"]),
                             guest.rehearsal_command()])
-    run = boot.run(command, tmp_path / "results", timeout=1500, log=lambda m: None)
+    run = boot.run(command, tmp_path / "results", timeout=GUEST_SECONDS, log=lambda m: None)
     output = (run.results / "output.txt").read_text(errors="replace")
     assert run.exit_status == 0, output[-4000:]
     suite = _suite(run.results / "junit.xml")
     outcomes = _outcomes(suite)
     assert len(outcomes) >= 35 and not {"failure", "error"} & set(outcomes.values()), outcomes
-    # the only skips are paper claims, for hardware Soft-RoCE is not (QDR InfiniBand)
+    # the only skips: paper claims, for hardware Soft-RoCE is not (QDR InfiniBand), and the latency
+    # sweep when perftest's ib_send_lat gave no figures (its clock calibration can fail on a loaded
+    # emulated CPU), which skips saying so after recording its own measurements
     skipped = {c.get("name"): c.find("skipped").get("message", "") for c in suite.iter("testcase")
                if c.find("skipped") is not None}
-    assert all(name.startswith("test_seed") and why.startswith("requires ") for name, why in skipped.items()), \
-        skipped
+    no_figures = LATENCY_TEST in skipped
+    assert all((name.startswith("test_seed") and why.startswith("requires "))
+               or (name == LATENCY_TEST and NO_FIGURES in why) for name, why in skipped.items()), skipped
     passed = {name for name, outcome in outcomes.items() if outcome == "passed"}
     assert {"test_echo_and_ping_eager_and_rendezvous_sizes[pooled]",
             "test_malformed_input_closes_that_connection_and_the_server_keeps_serving[verbs-garbage header]",
@@ -236,7 +255,7 @@ def test_verbs_suites_pass_in_the_soft_roce_guest(tmp_path, measure):
             "test_terasort_with_verbs_shuffle_validates[shared]",
             "test_terasort_job_time_verbs_next_to_tcp",
             "test_verbs_shuffle_survives_a_killed_worker[holding-a-reduce]",
-            "test_latency_sweep_verbs_and_tcp_next_to_ib_send_lat"} <= passed, sorted(passed)
+            *([] if no_figures else [LATENCY_TEST])} <= passed, sorted(passed)
 
     records = sorted((run.results / "report").glob("*.json"))
     assert records, "the guest's run record did not come back"
@@ -245,8 +264,12 @@ def test_verbs_suites_pass_in_the_soft_roce_guest(tmp_path, measure):
     metrics = {m.metric for m in guest_record.measurements}
     assert metrics >= {"rpc.echo.rtt", "mapreduce.terasort.job_time"}
     assert any(m.config.startswith("transport=verbs") for m in guest_record.measurements)
-    # perftest's own clock calibration can fail on a loaded emulated CPU; the test then says so
-    assert "verbs.send.rtt" in metrics or "ib_send_lat gave no figures" in output, output[-3000:]
+    # our verbs RTT next to our tcp RTT always, next to perftest's whenever it gave figures
+    ratios = {m.config: m for m in guest_record.measurements if m.metric == "rpc.echo.rtt_ratio"}
+    assert set(ratios) == ({"verbs/tcp"} if no_figures else {"verbs/tcp", "verbs/ib_send_lat"}), ratios
+    assert ("verbs.send.rtt" in metrics) != no_figures, (skipped, output[-3000:])
+    if not no_figures:
+        assert ratios["verbs/ib_send_lat"].stats["min"] >= 1, ratios["verbs/ib_send_lat"]
     for m in guest_record.measurements:
         m.nodes = tuple(f"softroce-guest:{n}" for n in m.nodes)
     measure.record(*guest_record.measurements)

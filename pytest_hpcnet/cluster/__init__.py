@@ -1,7 +1,8 @@
 """Clusters: the inventory model, embedded clusters and the launchers that start processes on nodes.
 
 ``load_cluster(spec)`` turns what the user wrote after ``--hpcnet-cluster`` into a ``Cluster``:
-``local:N`` (N nodes on this host), ``netns:N`` (namespaces, see ``netns``), or a TOML inventory path.
+``local:N`` (N nodes on this host), ``netns:N`` (namespaces, see ``netns``), ``slurm`` (inside an
+allocation: its nodes, see ``slurm``), or a TOML inventory path.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from .launcher import LAUNCHERS, Launcher, Process, launcher_for, register, run 
 from .model import Cluster, Node
 from . import ssh  # noqa: F401  (registers the "ssh" launcher)
 from . import netns  # noqa: F401  (registers the "netns" launcher)
+from . import slurm  # noqa: F401  (registers the "slurm" launcher)
 
 _EMBEDDED = re.compile(r"^(local|netns):(\d+)$")
 
@@ -30,7 +32,8 @@ def local_cluster(n: int, root: Path, sysroot: Path = Path("/"), features=frozen
         for i in range(n))
     for node in nodes:
         node.workdir.mkdir(parents=True, exist_ok=True)
-    return Cluster(name=f"local:{n}", nodes=nodes, source=f"local:{n}", shared=shared)
+    return Cluster(name=f"local:{n}", nodes=nodes, source=f"local:{n}", shared=shared,
+                   controller={"eth": "127.0.0.1"}, controller_source="local: loopback (every node is this host)")
 
 
 def load_cluster(spec: str, root: Path, where: str | None = None, sysroot: Path | None = None) -> Cluster:
@@ -45,10 +48,12 @@ def load_cluster(spec: str, root: Path, where: str | None = None, sysroot: Path 
                 raise ConfigError(f"{spec!r}: {netns.NEEDS_ROOT}", where)
             return netns.netns_cluster(n, root)
         return local_cluster(n, root, sysroot=sysroot or Path("/"))
+    if spec.strip() == "slurm":    # inside salloc/sbatch: the allocation's nodes
+        return slurm.cluster_from_allocation(root, where)
     if spec.startswith(("local:", "netns:")):
         raise ConfigError(f"{spec!r}: expected local:N or netns:N with N a whole number", where)
     path = Path(spec)
     if not path.is_file():
-        raise ConfigError(f"{spec!r} is neither local:N nor an existing inventory file", where)
+        raise ConfigError(f"{spec!r} is neither local:N, netns:N, slurm nor an existing inventory file", where)
     from .inventory import load_inventory
     return load_inventory(path)

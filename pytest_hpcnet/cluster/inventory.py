@@ -7,6 +7,11 @@
     shared = "/lustre/hpcnet"     # a directory every node sees (Lustre, NFS, ...)
     features = ["ib_qdr"]         # declared by hand, added to every node's own list
     sysroot = "/"                 # where the hardware probe reads /sys and /proc
+    python = "/opt/venv/bin/python"   # the interpreter on the nodes (ssh, slurm); default: this
+                                  # process's own path (a shared install)
+    controller = { eth = "10.0.0.100", ib = "192.168.1.100" }   # where nodes reach this host (per
+                                  # network); default: the source address this host uses to reach the
+                                  # first node's address on that network
 
     [cluster.ssh]                 # settings for one launcher, shared by every node
     user = "hpcnet"
@@ -59,6 +64,12 @@ def _string_list(value: Any, base: Path) -> frozenset[str]:
     return frozenset(value)
 
 
+def _path_list(value: Any, base: Path) -> tuple[Path, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise _Bad(f"must be a list of file paths, got {value!r}")
+    return tuple(base / v for v in value)
+
+
 def _addresses(value: Any, base: Path) -> dict[str, str]:
     if not isinstance(value, dict) or not value:
         raise _Bad(f"must be a table of network = \"address\", e.g. {{ eth = \"host1\" }}, got {value!r}")
@@ -90,16 +101,24 @@ def _kind(value: Any) -> str:
 
 _CLUSTER_FIELDS: dict[str, Callable] = {
     "name": _string, "launcher": _launcher, "workdir": _path, "shared": _path,
-    "features": _string_list, "sysroot": _path,
+    "features": _string_list, "sysroot": _path, "controller": _addresses, "python": _string,
+    "claims": _path_list,
 }
 _NODE_FIELDS: dict[str, Callable] = {
     "name": _string, "host": _string, "addresses": _addresses, "workdir": _path, "shared": _path,
-    "features": _string_list, "launcher": _launcher, "sysroot": _path,
+    "features": _string_list, "launcher": _launcher, "sysroot": _path, "python": _string,
 }
 _NODE_REQUIRED = ("name", "host", "workdir")  # workdir may also come from [cluster]
 
 # A launcher declares its settings as ``settings = {"port": int, "user": str, "identity_file": Path}``.
-_SETTING_CONVERTERS: dict[type, Callable] = {str: _string, int: _integer, Path: _path, list: _string_list}
+_SETTING_CONVERTERS: dict[type, Callable] = {str: _string, int: _integer, Path: _path, list: _string_list,
+                                             bool: lambda v, base: _boolean(v, base)}
+
+
+def _boolean(value: Any, base: Path) -> bool:
+    if not isinstance(value, bool):
+        raise _Bad(f"must be true or false, got {_kind(value)} {value!r}")
+    return value
 
 
 class _Table:
@@ -183,8 +202,31 @@ def load_inventory(path: Path) -> Cluster:
         first_index[node.name] = index
         nodes.append(node)
 
+    if "controller" in defaults:
+        controller, how = defaults["controller"], f"inventory: [cluster] controller in {path.name}"
+    else:
+        controller, how = derive_controller(nodes)
     return Cluster(name=defaults.get("name", path.stem), nodes=tuple(nodes), source=str(path),
-                   shared=defaults.get("shared"))
+                   shared=defaults.get("shared"), controller=controller, controller_source=how,
+                   claims=defaults.get("claims", ()))
+
+
+def derive_controller(nodes) -> tuple[dict[str, str], str]:
+    """Per network, the source address this host would use to reach the first node there (a UDP
+    ``connect`` picks the route; no packet is sent). Networks it cannot resolve are left out."""
+    import socket
+    out, notes = {}, []
+    for network in sorted({net for n in nodes for net in n.addresses}):
+        target = next(n.addresses[network] for n in nodes if network in n.addresses)
+        try:
+            family, _, _, _, sockaddr = socket.getaddrinfo(target, 9, type=socket.SOCK_DGRAM)[0]
+            with socket.socket(family, socket.SOCK_DGRAM) as s:
+                s.connect(sockaddr)
+                out[network] = s.getsockname()[0]
+            notes.append(f"{network}: route to {target}")
+        except OSError as e:
+            notes.append(f"{network}: none ({target}: {e})")
+    return out, "derived: " + "; ".join(notes)
 
 
 def _read_node(table: _Table, defaults: dict[str, Any], default_settings: dict[str, dict]) -> Node:
@@ -193,7 +235,8 @@ def _read_node(table: _Table, defaults: dict[str, Any], default_settings: dict[s
         if field not in values and field not in defaults:
             raise table.error(field, "missing (required)"
                               + (", or set it once in [cluster]" if field in _CLUSTER_FIELDS else ""))
-    inherited = {k: v for k, v in defaults.items() if k in _NODE_FIELDS and k not in ("name", "features")}
+    inherited = {k: v for k, v in defaults.items()
+                 if k in _NODE_FIELDS and k not in ("name", "features", "controller")}
     merged = {**inherited, **values}
     merged["features"] = defaults.get("features", frozenset()) | values.get("features", frozenset())
     merged.setdefault("addresses", {"eth": merged["host"]})

@@ -9,9 +9,11 @@ so ``close()`` can kill it all: the plugin calls it on success, failure and Ctrl
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import weakref
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import ClassVar, Mapping, Protocol, Sequence
 
 from ..errors import ConfigError, LaunchError
+from . import reaper
 from .model import Node
 
 
@@ -46,6 +49,15 @@ LAUNCHERS: dict[str, type] = {}
 def register(cls):
     LAUNCHERS[cls.name] = cls
     return cls
+
+
+def node_argv(node: Node, argv: Sequence[str]) -> list[str]:
+    """``argv`` for ``node``: the controller's interpreter (``sys.executable``, what the workloads start)
+    becomes the node's ``python`` from the inventory, if it names one."""
+    argv = [str(a) for a in argv]
+    if argv and node.python and argv[0] == sys.executable:
+        argv[0] = node.python
+    return argv
 
 
 def launcher_for(name: str, where: str | None = None):
@@ -77,16 +89,19 @@ def run(launcher: Launcher, node: Node, argv: Sequence[str], *, timeout: float =
 class LocalProcess:
     """A subprocess in its own process group, with output captured to files (no pipe can fill up)."""
 
-    def __init__(self, node: Node, argv: Sequence[str], env, cwd, logdir: Path, stdin_data: bytes | None = None):
+    def __init__(self, node: Node, argv: Sequence[str], env, cwd, logdir: Path, stdin_data: bytes | None = None,
+                 keep_stdin: bool = False):
         self.node, self.argv = node, list(map(str, argv))
         fd_out, self._out_path = tempfile.mkstemp(prefix=f"{node.name}-", suffix=".out", dir=logdir)
         fd_err, self._err_path = tempfile.mkstemp(prefix=f"{node.name}-", suffix=".err", dir=logdir)
         full_env = dict(os.environ)
         full_env.update(env or {})
         full_env["HPCNET_NODE"] = node.name
+        full_env.update(reaper.run_env())   # marks the process as this run's: see reaper
         try:
             self.popen = subprocess.Popen(self.argv, stdout=fd_out, stderr=fd_err,
-                                          stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
+                                          stdin=subprocess.PIPE if stdin_data is not None or keep_stdin
+                                          else subprocess.DEVNULL,
                                           env=full_env, cwd=cwd or node.workdir, start_new_session=True)
         except OSError as e:
             raise LaunchError(f"cannot start {self.argv[0]!r} on node {node.name}: {e}") from None
@@ -94,11 +109,21 @@ class LocalProcess:
             os.close(fd_out)
             os.close(fd_err)
         if stdin_data is not None:     # e.g. secrets for a remote command: never on a command line
-            try:
+            # OSError: it exited already, and poll()/output() say why
+            with contextlib.suppress(OSError):
                 self.popen.stdin.write(stdin_data)
+                self.popen.stdin.flush()
+                if not keep_stdin:
+                    self.popen.stdin.close()
+        # keep_stdin: the pipe stays open while this process (the controller) lives; its end (close_stdin,
+        # or the controller's death, however it dies) is what a remote side watches for (see ssh).
+
+    def close_stdin(self) -> None:
+        if self.popen.stdin is not None and not self.popen.stdin.closed:
+            try:
                 self.popen.stdin.close()
             except OSError:
-                pass                   # it exited already; poll()/output() say why
+                pass
 
     @property
     def pid(self) -> int:
@@ -116,6 +141,7 @@ class LocalProcess:
             # We reaped the leader earlier, yet its pid is in use: the kernel only hands out a pid that
             # is no longer any group's id, so our group is empty and this group is someone else's.
             return
+        self.close_stdin()
         if self.popen.poll() is None:
             _signal_group(self.popen.pid, signal.SIGTERM)
             try:
@@ -152,6 +178,26 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 
 _LIVE: "weakref.WeakSet[LocalLauncher]" = weakref.WeakSet()
+
+
+class ClientProcess:
+    """A process on another machine seen through a local client process (``ssh``, ``srun``): pid, poll,
+    wait and output are the client's; subclasses say how to kill the remote side."""
+
+    _client: LocalProcess
+
+    @property
+    def pid(self) -> int:
+        return self._client.pid
+
+    def poll(self):
+        return self._client.poll()
+
+    def wait(self, timeout=None):
+        return self._client.wait(timeout)
+
+    def output(self):
+        return self._client.output()
 
 
 @register

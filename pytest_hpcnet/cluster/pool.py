@@ -28,7 +28,8 @@ class Launchers:
     def for_node(self, node: Node):
         if node.launcher not in self._by_name:
             cls = launcher_for(node.launcher, f"node {node.name}")
-            self._by_name[node.launcher] = cls(logdir=self.logdir / node.launcher)
+            extra = {"cluster": self.cluster} if getattr(cls, "wants_cluster", False) else {}
+            self._by_name[node.launcher] = cls(logdir=self.logdir / node.launcher, **extra)
         return self._by_name[node.launcher]
 
     def start(self, node: Node, argv: Sequence[str], *, env: Mapping[str, str] | None = None,

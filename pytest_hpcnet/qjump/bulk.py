@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 
+from ..cluster.reaper import start_watchdog
 from .levels import check_level, priority_value
 
 CHUNK = 256 * 1024
@@ -68,6 +69,7 @@ def main(argv=None) -> int:
     p.add_argument("--seconds", type=float, default=None)
     p.add_argument("--priority", type=int, default=None, metavar="LEVEL")
     args = parser.parse_args(argv)
+    start_watchdog()   # exits when the controller that started it is gone (see cluster.reaper)
     if args.cmd == "sink":
         sink(args.host, args.port)
         return 0

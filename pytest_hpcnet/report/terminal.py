@@ -60,7 +60,8 @@ def verdicts_table(verdicts: list[dict]) -> str:
     for v in sorted(verdicts, key=lambda v: v["claim_id"]):
         ci = v.get("ci")
         rows.append([v["claim_id"], v["outcome"].upper(), fmt_number(v.get("quantity")),
-                     f"[{ci[0]:.4g}, {ci[1]:.4g}]" if ci else "-", v.get("bound", "-"), gate_text(v),
+                     f"[{ci[0]:.4g}, {ci[1]:.4g}]" if ci else "-",
+                     v.get("bound", "-") + (" (override)" if v.get("bound_from") else ""), gate_text(v),
                      v.get("reason") or "", v.get("source", "")])
     return tabulate(rows, headers=["claim", "verdict", "measured", "CI", "bound", "gate", "why", "source"],
                     tablefmt="simple", disable_numparse=True,
@@ -77,5 +78,7 @@ def verdicts_summary(verdicts: list[dict]) -> list[str]:
     for v in sorted(verdicts, key=lambda v: (OUTCOME_ORDER.index(v["outcome"]), v["claim_id"])):
         if v["outcome"] in ("warn", "fail"):
             note = "" if v.get("enforced", True) else " (report-only)"
+            if v.get("injected"):
+                note = f" (canary: {v['injected']:.0%} injected, {'caught' if v['outcome'] == 'fail' else 'MISSED'})"
             lines.append(f"{v['outcome'].upper()} {v['claim_id']}{note}: {v.get('reason', '')}")
     return lines

@@ -86,7 +86,9 @@ def _wait(proc: subprocess.Popen, serial: Path, start: float, timeout: float) ->
             if ready != ready and serial.exists() and guest.READY in serial.read_text(errors="replace"):
                 ready = time.monotonic() - start
             if time.monotonic() > deadline:
-                raise VmError(f"the guest did not finish within {timeout:.0f} s; serial log: {serial}")
+                tail = "\n".join(serial.read_text(errors="replace").splitlines()[-40:]) if serial.exists() else ""
+                raise VmError(f"the guest did not finish within {timeout:.0f} s; serial log: {serial}; "
+                              f"its tail (the guest's output as it ran):\n{tail}")
             time.sleep(0.5)
     finally:
         if proc.poll() is None:

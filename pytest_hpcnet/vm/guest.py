@@ -19,6 +19,7 @@ import tarfile
 from pathlib import Path
 
 from ..errors import HpcnetError
+from ..timeouts import ENV as TIMEOUT_ENV
 
 SUITE = "bookworm"
 PACKAGES = ("python3", "python3-pyverbs", "rdma-core", "ibverbs-providers", "perftest", "iproute2", "kmod")
@@ -37,6 +38,11 @@ MODULES_TO_LOAD = ("crc32_generic", "crc32-pclmul", "configfs", "dummy", "ib_uve
 NETDEV = "dummy0"
 GUEST_ADDRESS = "10.0.0.1"
 RDMA_DEVICE = "rxe0"
+# Every budget of the code and suites written ``scaled(seconds)`` (``pytest_hpcnet.timeouts``) is this many
+# times longer in the guest: under TCG one rdma_cm connection costs 0.2-1.5 s where hardware takes a
+# millisecond, and up to ~11 s was measured with the host's cores busy. Exported by /init, so the
+# servers, workers and tools the tests start inherit it.
+TIMEOUT_SCALE = 4
 
 BEGIN, END = "HPCNET-RESULTS-BEGIN", "HPCNET-RESULTS-END"
 EXIT_RE = re.compile(r"^HPCNET-EXIT (\d+)\s*$", re.M)
@@ -56,6 +62,7 @@ def init_script(command: str, workdir: str = "/opt/hpcnet", results: str = "/res
     modules = " ".join(MODULES_TO_LOAD)
     return f"""#!/bin/sh
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8
+export {TIMEOUT_ENV}={TIMEOUT_SCALE}
 mount -t proc proc /proc; echo "hpcnet-init: started at $(cut -d' ' -f1 /proc/uptime) s"; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 mkdir -p /dev/pts /dev/shm /tmp {results}; mount -t devpts devpts /dev/pts; mount -t tmpfs shm /dev/shm
 mount -t tmpfs tmp /tmp; mount -t configfs configfs /sys/kernel/config 2>/dev/null
@@ -67,8 +74,11 @@ rdma link add {RDMA_DEVICE} type rxe netdev {NETDEV} || echo "hpcnet-init: rdma 
 rdma link show
 echo "{READY} at $(cut -d' ' -f1 /proc/uptime) s"
 cd {workdir}
+: > {results}/output.txt; tail -f {results}/output.txt > /dev/console 2>&1 &   # progress, live on the serial log
+tailer=$!
 sh -c {shlex.quote(command)} > {results}/output.txt 2>&1
 rc=$?
+sleep 1; kill $tailer
 tail -n 60 {results}/output.txt
 echo {BEGIN}
 tar -C {results} -czf - . | base64 -w 76

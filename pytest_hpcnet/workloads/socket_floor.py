@@ -14,6 +14,7 @@ import struct
 import sys
 import time
 
+from ..cluster.reaper import start_watchdog
 from ..cluster.pool import Launchers, finish, wait_for_line
 from ..measure import Measurement, measurement
 from ..sockets import recv_exact
@@ -30,6 +31,7 @@ def _tune(sock: socket.socket) -> None:
 
 def serve(host: str, port: int) -> None:
     """Echo messages until killed; one connection at a time is all a ping-pong needs."""
+    start_watchdog()   # exits when the controller that started it is gone (see cluster.reaper)
     with socket.create_server((host, port)) as listener:
         print(f"listening {host} {listener.getsockname()[1]}", flush=True)
         while True:

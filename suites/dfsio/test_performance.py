@@ -37,7 +37,8 @@ def _record(measure, paired, params, nodes):
 
 
 @pytest.fixture
-def stores(launchers, cluster, workdirs):
+def stores(launchers, cluster, workdirs, needs_one_host):
+    needs_one_host("shm")
     started = {}
     try:
         for transport in ("tcp", "shm"):

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_hpcnet.cluster.model import cross_host_reason
 from pytest_hpcnet.reference.mapreduce import sortvalidate
+from pytest_hpcnet.reference.mapreduce.engine.config import parse_config
 from pytest_hpcnet.reference.mapreduce.engine import jobs
 from pytest_hpcnet.reference.mapreduce.records import SUCCESS_MARKER
 
@@ -38,7 +40,8 @@ def test_teragen_job_matches_golden_digests(engine, shared_dir, case):
 
 
 @pytest.mark.parametrize("config", CONFIGS)
-def test_terasort_output_validates_with_teragen_checksum(engine, shared_dir, config):
+def test_terasort_output_validates_with_teragen_checksum(engine, shared_dir, config, needs_one_host):
+    needs_one_host(parse_config(config).transport)
     gen = jobs.teragen(engine, 50_001, shared_dir / "in", maps=3)
     result = jobs.terasort(engine, shared_dir / "in", shared_dir / "out", reduces=5, config=config, maps=7)
     check = jobs.teravalidate(engine, shared_dir / "out", shared_dir / "report")
@@ -75,9 +78,10 @@ def test_teravalidate_catches_a_mispartitioned_file(engine, sorted_output):
     assert any("bad key partitioning" in line for line in result.details["lines"])
 
 
-def test_sort_job_output_validates(engine, shared_dir):
+def test_sort_job_output_validates(engine, shared_dir, cluster):
+    transport = "shm" if cross_host_reason("shm", cluster.nodes) is None else "tcp"   # netns: tcp
     jobs.randomwriter(engine, shared_dir / "in", 2 << 20, maps=3, seed=11)
-    result = jobs.sort(engine, shared_dir / "in", shared_dir / "out", reduces=4, config="transport=shm")
+    result = jobs.sort(engine, shared_dir / "in", shared_dir / "out", reduces=4, config=f"transport={transport}")
     check = sortvalidate.sortvalidate(shared_dir / "in", shared_dir / "out")
     assert check.ok, check.lines
     assert check.lines == [sortvalidate.SUCCESS_LINE] and result.records == check.input_stats.records

@@ -7,6 +7,7 @@ import pytest
 
 from pytest_hpcnet.reference.mapreduce import teravalidate as tv
 from pytest_hpcnet.reference.mapreduce.engine import jobs
+from pytest_hpcnet.reference.mapreduce.engine.config import parse_config
 from pytest_hpcnet.reference.mapreduce.engine.driver import Engine, JobFailed
 
 
@@ -33,7 +34,8 @@ def kill_on(engine, event_name, kind=None):
     ("dispatch", "reduce", "transport=shm,intermediate=local"),
     ("dispatch", "reduce", "transport=tcp,intermediate=shared,shuffle=direct"),
 ], ids=["after-a-map-local-output", "holding-a-reduce-shm", "holding-a-reduce-shared-direct"])
-def test_job_survives_a_killed_worker(two_plus_nodes, launchers, shared_dir, when, kind, config):
+def test_job_survives_a_killed_worker(two_plus_nodes, launchers, shared_dir, when, kind, config, needs_one_host):
+    needs_one_host(parse_config(config).transport)
     with Engine(two_plus_nodes, launchers) as engine:      # its own workers: this test kills one
         gen = jobs.teragen(engine, 60_000, shared_dir / "in", maps=3)
         killed = kill_on(engine, when, kind)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_hpcnet.claims import load_claims
+from pytest_hpcnet.reference.mapreduce.engine.config import parse_config
 from pytest_hpcnet.workloads import mapreduce as wm
 
 from .mapreduce_pairs import CLAIMS_FILE, PairRun, job_of
@@ -35,7 +36,9 @@ def inputs(engine, cluster, tmp_path_factory):
 
 
 @pytest.mark.parametrize("job,baseline,candidate", PAIRS, ids=[f"{j}:{b}..{c}" for j, b, c in PAIRS])
-def test_local_claims(engine, inputs, shared_dir, measure, claim, job, baseline, candidate):
+def test_local_claims(engine, inputs, shared_dir, measure, claim, job, baseline, candidate, needs_one_host):
+    for config in (baseline, candidate):
+        needs_one_host(parse_config(config).transport)
     inp = inputs(job)
     run = PairRun(engine, measure, inp, baseline, candidate, shared_dir, reduces=len(engine.workers))
     try:

@@ -23,11 +23,13 @@ from pytest_hpcnet.reference import native
 from pytest_hpcnet.reference.rpc import (RpcClient, RpcConnectionLost, RpcRemoteError, RpcTimeout, make_client,
                                          wire)
 from pytest_hpcnet.reference.transport import TransportClosed, TransportError, get_transport
+from pytest_hpcnet.timeouts import scaled
 
 from .conftest import _Starter, skip_unless_same_host
 
 E = wire.RpcResponseHeaderProto
 CLIENT_ID = bytes(range(16))
+WAIT = scaled(10)   # for an answer that comes at once on a real machine (the emulated guest scales it)
 
 
 # (server impl, client impl) per parameter
@@ -79,7 +81,8 @@ def serve(nodes, launchers, impls):
 
 def client(server, **kw) -> RpcClient:
     return make_client(server.address, impl=getattr(server, "client_impl", "python"),
-                       transport=server.transport, buffers=server.buffers, timeout=kw.pop("timeout", 20), **kw)
+                       transport=server.transport, buffers=server.buffers, timeout=kw.pop("timeout", scaled(20)),
+                       **kw)
 
 
 def sleep_echo(c: RpcClient, ms: int, tag: bytes, timeout=None) -> bytes:
@@ -89,10 +92,10 @@ def sleep_echo(c: RpcClient, ms: int, tag: bytes, timeout=None) -> bytes:
 
 def raw_connection(server):
     """A bare transport connection that has sent a valid preamble and connection context."""
-    conn = get_transport(server.transport).connect(server.address, timeout=10)
-    conn.send_raw(wire.PREAMBLE, timeout=10)
+    conn = get_transport(server.transport).connect(server.address, timeout=WAIT)
+    conn.send_raw(wire.PREAMBLE, timeout=WAIT)
     conn.send(wire.delimited(wire.request_header(wire.CONNECTION_CONTEXT_CALL_ID, CLIENT_ID),
-                             wire.connection_context("suite", wire.ECHO_PROTOCOL)), timeout=10)
+                             wire.connection_context("suite", wire.ECHO_PROTOCOL)), timeout=WAIT)
     return conn
 
 
@@ -104,8 +107,8 @@ def test_one_call_is_one_length_framed_packet_of_delimited_messages(server):
         rh = wire.RequestHeaderProto(methodName="echo", declaringClassProtocolName=wire.ECHO_PROTOCOL,
                                      clientProtocolVersion=wire.PROTOCOL_VERSION)
         conn.send(wire.delimited(wire.request_header(7, CLIENT_ID), rh, wire.EchoRequestProto(payload=b"frame")),
-                  timeout=10)
-        packet = conn.recv(timeout=10)
+                  timeout=WAIT)
+        packet = conn.recv(timeout=WAIT)
         view = packet.view
         header_bytes, pos = wire.read_delimited(view, 0)
         body, end = wire.read_delimited(view, pos)
@@ -143,7 +146,7 @@ def test_responses_come_back_out_of_order(server):
         time.sleep(0.1)
         assert sleep_echo(c, 0, b"fast") == b"fast"
         finished.append(b"fast")
-        slow.join(10)
+        slow.join(WAIT)
         assert finished == [b"fast", b"slow"]
 
 
@@ -181,7 +184,7 @@ def test_over_the_maximum_data_length_is_fatal_and_others_keep_being_served(serv
 
 def test_server_going_away_fails_pending_calls_instead_of_hanging(serve, transport):
     server = serve(transport)
-    with client(server, timeout=30) as c:
+    with client(server, timeout=scaled(30)) as c:
         assert c.echo(b"up") == b"up"
         errors = []
 
@@ -194,14 +197,14 @@ def test_server_going_away_fails_pending_calls_instead_of_hanging(serve, transpo
         th.start()
         time.sleep(0.3)
         server.proc.kill()
-        th.join(25)
+        th.join(scaled(25))
         assert not th.is_alive() and isinstance(errors[0], RpcConnectionLost), errors
 
 
 def _fatal_or_closed(conn) -> int | None:
     """The errorDetail of a FATAL answer, or None if the server just closed the connection."""
     try:
-        packet = conn.recv(timeout=10)
+        packet = conn.recv(timeout=WAIT)
     except TransportClosed:
         return None
     header = E.FromString(bytes(wire.read_delimited(packet.view, 0)[0]))
@@ -211,23 +214,23 @@ def _fatal_or_closed(conn) -> int | None:
 
 @pytest.mark.parametrize("case", ["not hrpc", "version 8", "sasl", "garbage header", "overrun", "truncated"])
 def test_malformed_input_closes_that_connection_and_the_server_keeps_serving(server, case):
-    conn = get_transport(server.transport).connect(server.address, timeout=10)
+    conn = get_transport(server.transport).connect(server.address, timeout=WAIT)
     try:
         preamble = {"not hrpc": b"GET / H", "version 8": b"hrpc\x08\x00\x00",
                     "sasl": b"hrpc\x09\x00\xdf"}.get(case, wire.PREAMBLE)
-        conn.send_raw(preamble, timeout=10)
+        conn.send_raw(preamble, timeout=WAIT)
         expected = {"not hrpc": None, "version 8": E.FATAL_VERSION_MISMATCH, "sasl": E.FATAL_UNAUTHORIZED}
         if case == "garbage header":
-            conn.send([b"\x07" + b"\xff" * 7], timeout=10)
+            conn.send([b"\x07" + b"\xff" * 7], timeout=WAIT)
             expected[case] = E.FATAL_INVALID_RPC_HEADER
         elif case in ("overrun", "truncated"):
             conn.send(wire.delimited(wire.request_header(-3, CLIENT_ID),
-                                     wire.connection_context("suite", wire.ECHO_PROTOCOL)), timeout=10)
+                                     wire.connection_context("suite", wire.ECHO_PROTOCOL)), timeout=WAIT)
             if case == "overrun":
-                conn.send([b"\x7f\x01\x02"], timeout=10)   # a delimited length past the packet's end
+                conn.send([b"\x7f\x01\x02"], timeout=WAIT)   # a delimited length past the packet's end
                 expected[case] = E.FATAL_DESERIALIZING_REQUEST
             else:
-                conn.send_raw(b"\x00\x00\x01\x00abc", timeout=10)   # 256 bytes announced, 3 sent
+                conn.send_raw(b"\x00\x00\x01\x00abc", timeout=WAIT)   # 256 bytes announced, 3 sent
         if case == "truncated":
             conn.close()   # the server must drop the half packet, not wait for it forever
         else:

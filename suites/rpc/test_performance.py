@@ -65,6 +65,27 @@ def test_pooled_latency_vs_naive(paired_latency, size, claim):
     claim(f"rpc.local.pooled_vs_naive.latency_{size}", paired_latency(TCP_NAIVE, TCP_POOLED, size))
 
 
+INTERLEAVED = [  # (claim, baseline, candidate, payload size)
+    ("rpc.local.interleaved.pooled_vs_naive_64", TCP_NAIVE, TCP_POOLED, 64),
+    ("rpc.local.interleaved.pooled_vs_naive_65536", TCP_NAIVE, TCP_POOLED, 65536),
+    ("rpc.local.interleaved.shm_vs_tcp_64", TCP_POOLED, SHM_POOLED, 64),
+]
+
+
+@pytest.mark.parametrize("claim_id,baseline,candidate,size", INTERLEAVED, ids=[c[0] for c in INTERLEAVED])
+def test_interleaved_echo_cost(claim_id, baseline, candidate, size, hpcnet, measure, claim):
+    """The designs' cost side by side in one process, call by call (see ``wr.interleaved_echo``)."""
+    paired = wr.interleaved_echo(baseline, candidate, size, rounds=hpcnet.rounds)
+    try:
+        claim(claim_id, paired)
+    finally:
+        measure.record(*(measurement(wr.INTERLEAVED_METRIC, samples, unit="us", direction="lower", config=name,
+                                     nodes=("test-process",),
+                                     params={"size": size, "round_trip": True, "per_round": "median of 20"})
+                         for name, samples in ((paired.baseline_name, paired.baseline),
+                                               (paired.candidate_name, paired.candidate))))
+
+
 def test_throughput_with_client_processes(nodes, launchers, workdirs, measure, configs):
     server, client = nodes
     results = wr.throughput(launchers, server, client, workdirs[client.name], configs=configs,

@@ -15,7 +15,6 @@ import sys
 import textwrap
 import threading
 import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -25,9 +24,11 @@ from pytest_hpcnet.reference.rpc import RpcClient, RpcServer
 from pytest_hpcnet.reference.rpc import wire
 from pytest_hpcnet.reference.transport import (RemoteRegion, TransportClosed, TransportError,
                                                TransportTimeout, connect_pair, get_transport)
+from pytest_hpcnet.timeouts import scaled
 from pytest_hpcnet.workloads import rpc as rpc_workload
 
 pytestmark = [pytest.mark.rdma, pytest.mark.pyverbs]
+WAIT = scaled(20)   # for what takes milliseconds on hardware (the emulated guest scales it)
 
 
 def _sleepy_echo(request):
@@ -46,7 +47,7 @@ def server():
 def test_echo_and_ping_eager_and_rendezvous_sizes(buffers):
     from pytest_hpcnet.reference.transport.verbs import EAGER
     with RpcServer(transport="verbs", buffers=buffers) as s:
-        with RpcClient(s.address, transport="verbs", buffers=buffers, timeout=20) as c:
+        with RpcClient(s.address, transport="verbs", buffers=buffers, timeout=WAIT) as c:
             for size in (0, 1, 1000, EAGER - 200, EAGER + 1, 300_000, 2 << 20):
                 payload = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
                 assert c.echo(payload) == payload
@@ -57,7 +58,7 @@ def test_echo_and_ping_eager_and_rendezvous_sizes(buffers):
 
 
 def test_concurrent_calls_on_one_connection_are_matched_by_call_id(server):
-    with RpcClient(server.address, transport="verbs", timeout=20) as c:
+    with RpcClient(server.address, transport="verbs", timeout=WAIT) as c:
         def call(i):
             payload = bytes([i % 3]) + str(i).encode() * (i * 50)   # eager and rendezvous mixed
             return c.call("sleepyEcho", wire.EchoRequestProto(payload=payload), wire.EchoResponseProto).payload
@@ -72,7 +73,7 @@ def test_concurrent_calls_on_one_connection_are_matched_by_call_id(server):
 def pair():
     t = get_transport("verbs")
     listener = t.listen("127.0.0.1", 0)
-    client, server = connect_pair(t, listener, timeout=20)
+    client, server = connect_pair(t, listener, timeout=WAIT)
     yield client, server
     client.close()
     server.close()
@@ -92,7 +93,7 @@ def test_credits_hold_back_a_fast_sender_without_losing_messages(pair):
 
     def flood():
         for i in range(count):
-            client.send([i.to_bytes(4, "big") * 100], timeout=20)
+            client.send([i.to_bytes(4, "big") * 100], timeout=WAIT)
         sent.set()
     th = threading.Thread(target=flood)
     th.start()
@@ -100,10 +101,10 @@ def test_credits_hold_back_a_fast_sender_without_losing_messages(pair):
     assert not sent.is_set()
     got = []
     for _ in range(count):
-        m = server.recv(timeout=20)
+        m = server.recv(timeout=WAIT)
         got.append(int.from_bytes(m.view[:4], "big"))
         m.release()
-    th.join(20)
+    th.join(WAIT)
     assert got == list(range(count))
 
 
@@ -112,7 +113,7 @@ def test_put_and_get_on_a_registered_region(pair):
     region = server.register(1 << 20)
     region.view[:6] = b"origin"
     server.send([region.remote().to_bytes()])
-    m = client.recv(timeout=20)
+    m = client.recv(timeout=WAIT)
     remote = RemoteRegion.from_bytes(m.view)
     m.release()
     assert client.get(remote, 0, 6) == b"origin"
@@ -128,7 +129,7 @@ def test_receive_timeout_then_the_stream_continues(pair):
     with pytest.raises(TransportTimeout):
         server.recv(timeout=0.2)
     client.send([b"late"])
-    m = server.recv(timeout=20)
+    m = server.recv(timeout=WAIT)
     assert bytes(m.view) == b"late"
     m.release()
 
@@ -139,20 +140,20 @@ def test_peer_process_killed_is_a_closed_error_not_a_hang(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal
         from pytest_hpcnet.reference.transport import get_transport
-        c = get_transport("verbs").connect({listener.address!r}, timeout=20)
+        c = get_transport("verbs").connect({listener.address!r}, timeout={WAIT})
         c.send([b"hello"])
         os.kill(os.getpid(), signal.SIGKILL)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script])
     try:
-        conn = listener.accept(timeout=30)
-        m = conn.recv(timeout=20)
+        conn = listener.accept(timeout=scaled(30))
+        m = conn.recv(timeout=WAIT)
         assert bytes(m.view) == b"hello"
         m.release()
-        proc.wait(20)
+        proc.wait(WAIT)
         start = time.monotonic()
         with pytest.raises(TransportClosed):
-            while time.monotonic() - start < 30:   # the peer is dead: an error within the RC retries
+            while time.monotonic() - start < scaled(30):   # the peer is dead: an error within the RC retries
                 try:
                     conn.recv(timeout=1)
                 except TransportTimeout:
@@ -170,9 +171,9 @@ def test_connection_refused_and_unroutable_address_are_clear_errors():
     host = listener.address[0]
     listener.close()
     with pytest.raises(TransportClosed, match="refused"):
-        t.connect((host, listener.address[1]), timeout=10)
+        t.connect((host, listener.address[1]), timeout=scaled(10))
     with pytest.raises(TransportError, match="not reachable|cannot resolve"):
-        t.connect(("192.0.2.1", 1), timeout=10)   # TEST-NET-1: no route, nothing is sent
+        t.connect(("192.0.2.1", 1), timeout=scaled(10))   # TEST-NET-1: no route, nothing is sent
 
 
 # -- latency next to perftest ------------------------------------------------------------------------
@@ -191,10 +192,11 @@ def _ib_send_lat_once(host: str, iterations: int) -> dict:
         # that came too early -- it fails to connect at once -- tries again
         for _ in range(10):
             time.sleep(1.0)
+            budget = scaled(15)   # 1000 round trips take well under a second on hardware
             try:
-                client = subprocess.run(cmd + [host], capture_output=True, text=True, timeout=60)
+                client = subprocess.run(cmd + [host], capture_output=True, text=True, timeout=budget)
             except subprocess.TimeoutExpired:
-                raise PerftestGaveNoFigures("its client did not finish within 60 s") from None
+                raise PerftestGaveNoFigures(f"its client did not finish within {budget:g} s") from None
             tries.append(f"exit {client.returncode}: {client.stdout[-1500:]}{client.stderr[-500:]}")
             if client.returncode == 0:
                 break
@@ -216,44 +218,87 @@ def _ib_send_lat_once(host: str, iterations: int) -> dict:
                          + "\n".join(tries))
 
 
-def _ib_send_lat(host: str, iterations: int = 1000, attempts: int = 3) -> dict | None:
+def _ib_send_lat(host: str, iterations: int = 1000, attempts: int = 3) -> dict | str:
     """perftest's ib_send_lat (RC SEND, 2 bytes, rdma_cm) server and client on this node: its summary
     line and, from ``-H``, every iteration's latency (perftest prints them sorted, one-way = RTT/2).
-    None, with a warning, when perftest gives no figures ``attempts`` times in a row."""
+    When perftest gives no figures ``attempts`` times in a row: why, as a string."""
     for _ in range(attempts):
         try:
             return _ib_send_lat_once(host, iterations)
         except PerftestGaveNoFigures as e:
             reason = str(e)
-    warnings.warn(pytest.PytestWarning(f"ib_send_lat gave no figures in {attempts} runs ({reason}); "
-                                       "no native reference this run"))
-    return None
+    return f"{attempts} runs, the last: {reason}"
+
+
+NO_FIGURES = "ib_send_lat gave no figures"   # the skip reason's start, which tests/test_vm.py allows
+RATIO_METRIC = "rpc.echo.rtt_ratio"
+
+
+def _nearest(sizes, size: int) -> int:
+    return min(sizes, key=lambda s: (abs(s - size), s))
 
 
 def test_latency_sweep_verbs_and_tcp_next_to_ib_send_lat(cluster, launchers, measure):
     """Our RPC echo round trip over verbs and tcp, and perftest's ib_send_lat on the same device as the
-    native floor (recorded as round trips: perftest's one-way figures times two)."""
+    native floor (recorded as round trips: perftest's one-way figures times two). Recorded too, as
+    ``rpc.echo.rtt_ratio``: per round, our verbs RTT over our tcp RTT and over ib_send_lat's RTT, at
+    the sweep size nearest perftest's 2 bytes. No absolute times are asserted (the guest is emulated);
+    what must hold is that software on top of verbs is no faster than perftest on the same verbs, and
+    that the ratios are finite and positive. Without ib_send_lat, or when it gives no figures, the test
+    records what it measured and skips saying why."""
     if len(cluster.nodes) < 2:
         pytest.skip(f"needs two nodes, cluster {cluster.source} has {len(cluster.nodes)}")
     server, client = cluster.nodes[1], cluster.nodes[0]
+    sizes = (1, 1024, 65536)
     results = rpc_workload.latency_sweep(launchers, server, client,
                                          configs=(("verbs", "pooled"), ("tcp", "pooled")),
-                                         sizes=(1, 1024, 65536), rounds=3, iterations=40, warmup=20)
+                                         sizes=sizes, rounds=3, iterations=40, warmup=20)
     measure.record(*results)
-    by = {(m.config, m.params["size"]): m for m in results}
     for m in results:
         s = m.stats
         assert 0 < s["min"] <= s["median"] <= s["max"]
-    ours = by[(rpc_workload.config_name("verbs", "pooled"), 1)].stats["median"]
+    size = _nearest(sizes, 2)   # perftest's message size below
+    verbs_cfg, tcp_cfg = rpc_workload.config_name("verbs", "pooled"), rpc_workload.config_name("tcp", "pooled")
+    pair = rpc_workload.paired_p50(results, tcp_cfg, verbs_cfg, size)
+    ours, tcp = pair.candidate, pair.baseline   # per-round median RTTs, us
+    nodes = (client.name, server.name)
+    over_tcp = [v / t for v, t in zip(ours, tcp)]
+    measure.record(measurement(RATIO_METRIC, over_tcp, unit="x", direction="lower", config="verbs/tcp",
+                               nodes=nodes, params={"size": size, "of": verbs_cfg, "to": tcp_cfg}))
+    summary = (f"verbs RPC echo RTT at {size} B, per-round medians {_us(ours)}; tcp {_us(tcp)}; "
+               f"verbs/tcp {_ratios(over_tcp)}")
+    print(summary)
+    assert all(0 < r < float("inf") for r in over_tcp), summary
+
     if shutil.which("ib_send_lat") is None:
-        return   # perftest is not installed here (the Soft-RoCE guest has it)
+        pytest.skip(f"{NO_FIGURES}: perftest's ib_send_lat is not installed (the Soft-RoCE guest has it); "
+                    f"{summary}")
     from pytest_hpcnet.reference.transport.verbs import rdma_host
     native = _ib_send_lat(rdma_host("127.0.0.1"))
-    if native is None:
-        return
-    measure.record(measurement("verbs.send.rtt", [2 * x for x in native["samples"]], unit="us",
-                               direction="lower", config="perftest ib_send_lat", nodes=[client.name],
+    if isinstance(native, str):
+        pytest.skip(f"{NO_FIGURES}: {native}; {summary}")
+    rtts = [2 * x for x in native["samples"]]
+    measure.record(measurement("verbs.send.rtt", rtts, unit="us", direction="lower",
+                               config="perftest ib_send_lat", nodes=[client.name],
                                params={"size": 2, "from": "one-way x 2"}))
-    print(f"verbs RPC echo RTT median {ours:.1f} us; ib_send_lat t_typical {native['t_typical']:.2f} us "
-          f"one-way ({2 * native['t_typical']:.2f} us round trip)")
-    assert 0 < native["t_min"] <= native["t_typical"]
+    floor = 2 * native["t_typical"]   # perftest's typical (median) one-way latency as a round trip
+    over_native = [v / floor for v in ours]
+    measure.record(measurement(RATIO_METRIC, over_native, unit="x", direction="lower",
+                               config="verbs/ib_send_lat", nodes=nodes,
+                               params={"size": size, "reference_size": 2, "of": verbs_cfg,
+                                       "to": "perftest ib_send_lat t_typical x 2"}))
+    summary += (f"; ib_send_lat t_typical {native['t_typical']:.2f} us one-way ({floor:.2f} us round trip), "
+                f"verbs/ib_send_lat {_ratios(over_native)}")
+    print(summary)
+    assert 0 < native["t_min"] <= native["t_typical"], summary
+    assert all(0 < r < float("inf") for r in over_native), summary
+    # software on top of verbs cannot beat perftest's own round trip on the same device
+    assert min(ours) >= floor, summary
+
+
+def _us(xs) -> str:
+    return "[" + ", ".join(f"{x:.1f}" for x in xs) + "] us"
+
+
+def _ratios(xs) -> str:
+    return "[" + ", ".join(f"{x:.2f}" for x in xs) + "]"

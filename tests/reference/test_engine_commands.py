@@ -52,7 +52,7 @@ def test_sort_flow_on_a_cluster(in_tmp, capsys):
 @pytest.mark.parametrize("argv,message", [
     (["terasort", "in", "out", "--config", "transport=shm"], "--config: an engine configuration needs --cluster"),
     (["terasort", "in", "out", "--cluster", "local:2", "--config", "shuffle=direct"], "needs intermediate=shared"),
-    (["terasort", "in", "out", "--cluster", "nowhere"], "--cluster: 'nowhere' is neither local:N nor an existing"),
+    (["terasort", "in", "out", "--cluster", "nowhere"], "--cluster: 'nowhere' is neither local:N, netns:N, slurm nor an existing"),
 ])
 def test_bad_cluster_options_are_one_line_errors(in_tmp, capsys, argv, message):
     (in_tmp / "in").mkdir()

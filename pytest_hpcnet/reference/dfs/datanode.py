@@ -26,6 +26,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from .. import auth
+from ...cluster.reaper import start_watchdog
+from ...timeouts import scaled
 from ..transport import TransportError, get_transport
 from .blockfiles import BlockDir, BlockWriter
 from .errors import ChecksumError, DfsError, ProtocolError
@@ -33,7 +35,7 @@ from ..serving import DEFAULT_LIMITS
 from .server import log, serve_forever
 from .wire import MAX_MESSAGE, PACKET_SIZE, decode, decode_request, encode, request, verify_chunks
 
-CONNECT_TIMEOUT = 10.0
+CONNECT_TIMEOUT = scaled(10.0)
 PACKET_TIMEOUT = 60.0     # an upstream that goes quiet this long is treated as gone
 BLOCK_LOCK_TIMEOUT = 30.0
 IDLE_TIMEOUT = DEFAULT_LIMITS.idle_timeout   # between requests on a connection
@@ -339,6 +341,7 @@ def main(argv=None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)
+    start_watchdog()   # exits when the controller that started it is gone (see cluster.reaper)
     host, _, port = args.meta.rpartition(":")
     node = DataNode(args.name, args.dir, args.transport, meta=(host, int(port)))
     listener = node.transport.listen(args.host, args.port)

@@ -14,6 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
+from ...cluster.reaper import start_watchdog
 from ..transport import get_transport
 from .errors import DfsError
 from .namespace import Namespace
@@ -54,6 +55,7 @@ def main(argv=None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)
+    start_watchdog()   # exits when the controller that started it is gone (see cluster.reaper)
     args.dir.mkdir(parents=True, exist_ok=True)
     service = MetaService(args.dir)
     listener = get_transport("tcp").listen(args.host, args.port)

@@ -15,6 +15,7 @@ import collections
 import threading
 
 from .. import auth
+from ...timeouts import scaled
 from ..transport import TransportError
 from .errors import DfsWriteError, ProtocolError
 from .wire import MAX_MESSAGE, chunk_crcs, decode, encode
@@ -43,7 +44,7 @@ class _Pipeline:
         """Connect, set the pipeline up and resend what the previous pipeline left unacknowledged."""
         head, rest = self.targets[0], self.targets[1:]
         try:
-            self.conn = auth.connect(self.client.transport, head["address"], timeout=10.0)
+            self.conn = auth.connect(self.client.transport, head["address"], timeout=scaled(10.0))
             self.conn.send(encode({"op": "write_block", "block": self.block["id"], "gen": self.gen,
                                    "offset": self.acked, "bpc": self.client.bpc, "index": 0,
                                    "targets": [t["address"] for t in rest]}))

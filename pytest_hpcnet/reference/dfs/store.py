@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ...cluster.model import cross_host_reason
 from ...cluster.pool import wait_for_line
 from ...errors import ConfigError
 from ..transport import TRANSPORTS
@@ -28,6 +29,9 @@ class BlockStore:
         self.launchers, self.cluster, self.transport = launchers, cluster, transport
         self.network = network
         self.nodes = tuple(nodes or cluster.nodes)
+        reason = cross_host_reason(transport, self.nodes)
+        if reason:   # datanodes pipeline to each other: every pair must be reachable
+            raise ConfigError(f"{reason} (cluster {cluster.name!r})", "blockstore transport")
         self.dirs = {n.name: Path(dirs[n.name]) if dirs else Path(n.workdir) / "dfs" for n in self.nodes}
         self.meta = None
         self.datanodes: dict[str, object] = {}

@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 
+from ...cluster.reaper import start_watchdog
 from ...errors import ConfigError
 from ..buffers import BUFFERS
 from ..transport import TRANSPORTS, TransportError
@@ -74,6 +75,7 @@ def _impl(args: argparse.Namespace) -> str:
 
 
 def serve_command(args: argparse.Namespace) -> int:
+    start_watchdog()   # exits when the controller that started it is gone (see cluster.reaper)
     from . import make_server
     from .server import IDLE_TIMEOUT, MAX_CONNECTIONS
     from .wire import MAX_DATA_LENGTH

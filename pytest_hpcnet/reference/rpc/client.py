@@ -20,6 +20,7 @@ import uuid
 
 from google.protobuf.message import DecodeError
 
+from ...timeouts import scaled
 from ..transport import TransportError, TransportTimeout, get_transport
 from . import wire
 from .errors import RpcConnectionLost, RpcFatalError, RpcRemoteError, RpcTimeout
@@ -48,9 +49,14 @@ class RpcClient:
     """``RpcClient(("127.0.0.1", port)).echo(b"hi")``; ``call(method, request, response_type)``."""
 
     def __init__(self, address: tuple[str, int], transport: str = "tcp", buffers: str = "pooled",
-                 protocol: str = wire.ECHO_PROTOCOL, timeout: float = 30.0, connect_timeout: float = 10.0,
-                 user: str | None = None, max_data_length: int = wire.MAX_DATA_LENGTH,
-                 client_id: bytes | None = None):
+                 protocol: str = wire.ECHO_PROTOCOL, timeout: float | None = None,
+                 connect_timeout: float | None = None, user: str | None = None,
+                 max_data_length: int = wire.MAX_DATA_LENGTH, client_id: bytes | None = None):
+        # defaults: a call answers within 30 s (how long a hung server takes to notice: not scaled)
+        # and a connection is up within 10 s times this machine's timeout scale
+        # (HPCNET_TIMEOUT_SCALE: under emulation one rdma_cm connection alone can take seconds)
+        timeout = 30.0 if timeout is None else timeout
+        connect_timeout = scaled(10.0) if connect_timeout is None else connect_timeout
         self.address, self.protocol, self.timeout = tuple(address), protocol, timeout
         self.max_data_length = max_data_length
         self.client_id = client_id or uuid.uuid4().bytes

@@ -40,6 +40,7 @@ from typing import Callable
 
 from google.protobuf.message import DecodeError
 
+from ...timeouts import scaled
 from ..transport import FrameTooLarge, TransportClosed, TransportError, TransportTimeout, get_transport
 from ..serving import Limits, Server
 from . import wire
@@ -63,6 +64,11 @@ IDLE_TIMEOUT = 20.0             # Hadoop: a connection idle for 2 x ipc.client.c
 MAX_CONTEXT_LENGTH = 64 * 1024  # the connection context is a few dozen bytes
 EAGER_LIMIT = 64 * 1024         # larger messages: the buffer grows as their bytes arrive
 MAX_KNOWN_METHODS = 32
+# How long a reader's receive waits before it looks at the stop flag again. stop() closes every
+# connection, which ends a waiting receive at once on every transport, so this only bounds how often an
+# idle connection's reader wakes: with a hundred idle verbs connections, waking twice a second each
+# cost a good part of the guest's (emulated) CPU.
+READ_WAIT = 5.0
 _PLAIN_PREFIX = wire.request_header_prefix()
 
 
@@ -188,8 +194,8 @@ class RpcServer:
 
     def __init__(self, transport: str = "tcp", host: str = "127.0.0.1", port: int = 0,
                  buffers: str = "pooled", handlers: int = 4, max_data_length: int = wire.MAX_DATA_LENGTH,
-                 protocol: str = wire.ECHO_PROTOCOL, handshake_timeout: float = 10.0,
-                 write_timeout: float = 30.0, queue_size_per_handler: int = 100, dispatch: str = "auto",
+                 protocol: str = wire.ECHO_PROTOCOL, handshake_timeout: float | None = None,
+                 write_timeout: float | None = None, queue_size_per_handler: int = 100, dispatch: str = "auto",
                  max_connections: int = MAX_CONNECTIONS, idle_timeout: float = IDLE_TIMEOUT,
                  eager_limit: int = EAGER_LIMIT):
         from ...errors import ConfigError
@@ -204,12 +210,15 @@ class RpcServer:
         self._listener = self._transport.listen(host, port, buffers=buffers)
         self.address = tuple(self._listener.address)
         self.max_data_length, self.protocol = max_data_length, protocol
-        self.handshake_timeout, self.write_timeout = handshake_timeout, write_timeout
+        # the handshake follows the client's connect, whose budget is scaled (pytest_hpcnet.timeouts):
+        # so is this one; a write that cannot finish in 30 s means a stuck client, on any machine
+        self.handshake_timeout = scaled(10.0) if handshake_timeout is None else handshake_timeout
+        self.write_timeout = 30.0 if write_timeout is None else write_timeout
         self.idle_timeout, self.eager_limit = idle_timeout, eager_limit
         self._limits = Limits(max_connections=max_connections, max_pending=MAX_PENDING,
-                              handshake_timeout=handshake_timeout, idle_timeout=idle_timeout)
+                              handshake_timeout=self.handshake_timeout, idle_timeout=idle_timeout)
         self._server = Server(self._listener, self._read_connection, "rpc server", self._limits,
-                              gate=_HadoopGate(self, handshake_timeout))
+                              gate=_HadoopGate(self, self.handshake_timeout))
         self.methods: dict[str, Method] = {
             "echo": Method(wire.EchoRequestProto, lambda r: wire.EchoResponseProto(payload=r.payload),
                            inline=True),
@@ -300,7 +309,7 @@ class RpcServer:
             idle_until = time.monotonic() + self.idle_timeout
             while not self._stopping.is_set() and sc.open:
                 try:
-                    packet = sc.conn.recv(timeout=0.5, max_length=self.max_data_length)
+                    packet = sc.conn.recv(timeout=READ_WAIT, max_length=self.max_data_length)
                 except TransportTimeout:
                     if time.monotonic() > idle_until and not sc.conn_busy():
                         sc.close(f"idle: no call for {self.idle_timeout:g}s")

@@ -28,9 +28,10 @@ from dataclasses import asdict, dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
 from ...errors import HpcnetError
+from ...timeouts import scaled
 from ..buffers import Bytes, NaiveBuffers, PooledBuffers, Received
 
-DEFAULT_TIMEOUT = 30.0
+DEFAULT_TIMEOUT = 30.0   # not scaled: it is also how long a caller takes to notice a silent peer
 LENGTH = struct.Struct(">I")
 MAX_FRAME = 0xFFFFFFFF
 
@@ -119,10 +120,12 @@ class Transport(Protocol):
                 buffers: str = "pooled") -> Connection: ...
 
 
-def connect_pair(transport: "Transport", listener: "Listener", timeout: float = 10.0,
+def connect_pair(transport: "Transport", listener: "Listener", timeout: float | None = None,
                  buffers: str = "pooled") -> tuple["Connection", "Connection"]:
     """Connect to ``listener`` from this process and accept the other end at the same time (shm's and
-    verbs' handshakes need both sides running): (client side, server side). For tests and local tools."""
+    verbs' handshakes need both sides running): (client side, server side). For tests and local tools.
+    ``timeout`` defaults to ``scaled(10)``."""
+    timeout = scaled(10.0) if timeout is None else timeout
     accepted: dict = {}
 
     def accept():

@@ -24,12 +24,15 @@ Shape (the RPCoIB / RDMA-Hadoop design):
   returning credits never consumes a receive (no credit deadlock). Where each side's credit word is
   travels in a HELLO message each way (rdma-core 44's pyverbs drops rdma_cm private data).
 - **Completions:** poll the CQ, spin ``SPIN_SECONDS``, then arm the CQ and ``poll()`` the completion
-  channel. Waits are capped at ``WAIT_SLICE`` so credit-word updates (which raise no completion) are
-  seen.
+  channel. Waits for credits are capped at ``WAIT_SLICE`` so credit-word updates (which raise no
+  completion) are seen, and so are waits that share the connection with another waiting thread; a
+  lone waiter sleeps until a completion, the next probe or its deadline (idle connections cost
+  nothing between probes).
 - **Failures are exceptions, never hangs:** no RDMA device / unroutable address -> ``TransportError``;
   peer gone (its CLOSE, a DISCONNECTED event, a failed work request after the RC retries; an idle
-  connection probes its peer with a NOP every ``PROBE_IDLE`` s) -> ``TransportClosed``; a QP error
-  -> ``TransportClosed`` naming the work-completion status; every wait has a deadline.
+  connection probes its peer with a NOP after ``PROBE_IDLE`` s, backing off to ``PROBE_MAX``) ->
+  ``TransportClosed``; a QP error -> ``TransportClosed`` naming the work-completion status; every
+  wait has a deadline.
 
 Addresses: rdma_cm cannot use 127.0.0.1 (loopback has no RDMA device), so a loopback or wildcard host
 is replaced by this machine's RDMA address: ``$HPCNET_VERBS_HOST`` or the first IPv4 address in the
@@ -60,6 +63,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Sequence
 
+from ...timeouts import scaled
 from ..buffers import Bytes, make_buffers
 from .base import (DEFAULT_TIMEOUT, RemoteRegion, StreamConnection, TransportClosed, TransportError,
                    TransportTimeout, deadline_of)
@@ -76,10 +80,12 @@ SEND_DEPTH = SEND_SLOTS + 32    # send queue: SENDs plus RDMA READ/WRITEs and cr
 CQ_DEPTH = RECV_DEPTH + SEND_DEPTH + 8
 SPIN_SECONDS = float(os.environ.get("HPCNET_VERBS_SPIN_US", "50")) * 1e-6   # busy-poll before blocking
 WAIT_SLICE = 0.02
-PROBE_IDLE = 1.0
+PROBE_IDLE = 1.0                # first idle probe; each further one waits twice as long ...
+PROBE_MAX = 8.0                 # ... up to this, until the connection carries messages again
 QP_TIMEOUT = 16                 # 4.096 us * 2^16 = 268 ms per try; with RETRY tries a dead peer shows in ~2 s
 RETRY = 6
-CONNECT_TIMEOUT_MS = 5000
+CONNECT_TIMEOUT_MS = int(scaled(5000))   # rdma_cm's address and route resolution
+ACCEPT_SLICE = 0.2              # an accept() waiting for a connection looks for close() this often
 CREDIT_BATCH = RECV_DEPTH // 4
 _SEND_BASE, _RDMA_BASE, _CREDIT_WR = 1 << 16, 1 << 32, (1 << 48)
 
@@ -215,6 +221,27 @@ def _readable(fd: int, timeout: float) -> bool:
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     return bool(poller.poll(max(0.0, timeout) * 1000))
+
+
+def _readable_fds(fds: Sequence[int], timeout: float) -> set[int]:
+    """Which of ``fds`` are readable, waiting up to ``timeout`` s for one to be."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return {fd for fd, _ in poller.poll(max(0.0, timeout) * 1000)}
+
+
+def _poke(fd: int | None) -> None:
+    """Make an eventfd readable (wakes whoever polls it)."""
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.eventfd_write(fd, 1)
+
+
+def _drain(fd: int | None) -> None:
+    if fd is not None:
+        with contextlib.suppress(OSError):   # EAGAIN: nobody poked
+            os.eventfd_read(fd)
 
 
 # -- per-device resources and registered memory, shared by the process ---------------------------------
@@ -384,8 +411,12 @@ class VerbsConnection(StreamConnection):
         self._peer_credit: tuple[int, int] | None = None     # (address, rkey) of the peer's credit word
         self._error: TransportError | None = None
         self._last_activity = time.monotonic()
+        self._probes = 0                                    # NOPs since the last message either way
         self._regions: list[VerbsRegion] = []
         self._qp_destroyed = False
+        self._waiters = 0                                   # threads inside _wait
+        self._long_sleeper: int | None = None               # the one waiter blocked past WAIT_SLICE
+        self._wake_fd: int | None = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         _live.add(self)
 
     # -- setup ---------------------------------------------------------------------------------------
@@ -436,6 +467,8 @@ class VerbsConnection(StreamConnection):
         base = slot * SLOT
         kind, length, reposted = HDR.unpack_from(self._recv.view, base)
         self._peer_reposted = max(self._peer_reposted, reposted)
+        if kind != NOP:
+            self._probes = 0
         payload = self._recv.view[base + HDR.size: base + HDR.size + length]
         if kind in (DATA, RTS):
             self._rx.append((kind, slot, payload))
@@ -490,45 +523,91 @@ class VerbsConnection(StreamConnection):
         if self._closed:
             raise TransportClosed(f"connection to {self.peer} is closed")
 
-    def _wait(self, ready, deadline: float, what: str):
-        """Return ``ready()`` once it is true; spin briefly, then block on the completion channel."""
+    def _wait(self, ready, deadline: float, what: str, watches_memory: bool = False):
+        """Return ``ready()`` once it is true; spin briefly, then block on the completion channel.
+
+        How long one block lasts: ``WAIT_SLICE`` when ``ready`` watches memory the peer RDMA-WRITEs
+        (the credit word raises no completion) or when another thread waits on this connection too
+        (it may take the completion this one waits for, and the channel's one event with it).
+        Otherwise the only thread waiting sleeps until a completion, the next idle probe or the
+        deadline: a server's idle connections each have a reader waiting, and a hundred of them
+        waking every 20 ms kept a whole (emulated) CPU busy, starving the listener that accepts new
+        connections. A thread that starts waiting while another sleeps long wakes it (``_wake_fd``)."""
         spin_until = time.monotonic() + SPIN_SECONDS
-        while True:
-            with self._lock:
-                self._raise_if_closed()   # never touch the CQ after close() destroyed it
-                self._progress()
-                result = ready()
-                if result:
-                    return result
-                self._raise_if_broken()
-                self._check_cm()
-            now = time.monotonic()
-            if now >= deadline:
-                raise TransportTimeout(f"{what} on the RDMA connection to {self.peer} did not complete "
-                                       "within the timeout")
-            if now < spin_until:
-                time.sleep(0)   # spin, but let this process's other threads have the GIL
-                continue
-            with self._lock:
-                self._raise_if_closed()
-                self.cq.req_notify()
-                self._progress()
-                result = ready()
-                if result:
-                    return result
-            if _readable(self._cc_fd, min(deadline - now, WAIT_SLICE)):
+        me, registered = threading.get_ident(), False
+        try:
+            while True:
+                with self._lock:
+                    self._raise_if_closed()   # never touch the CQ after close() destroyed it
+                    self._progress()
+                    result = ready()
+                    if result:
+                        return result
+                    self._raise_if_broken()
+                    self._check_cm()
+                now = time.monotonic()
+                if now >= deadline:
+                    raise TransportTimeout(f"{what} on the RDMA connection to {self.peer} did not complete "
+                                           "within the timeout")
+                if now < spin_until:
+                    time.sleep(0)   # spin, but let this process's other threads have the GIL
+                    continue
                 with self._lock:
                     self._raise_if_closed()
-                    with contextlib.suppress(self.pv.Error):   # another thread took the event
-                        self.comp_channel.get_cq_event(self.cq)
-                        self.cq.ack_events(1)
-            elif time.monotonic() - self._last_activity > PROBE_IDLE:
-                self._probe()
+                    if not registered:   # only blocking waiters count (a send that finds credits never does)
+                        registered = True
+                        self._waiters += 1
+                        if self._long_sleeper is not None:
+                            _poke(self._wake_fd)
+                    self.cq.req_notify()
+                    self._progress()
+                    result = ready()
+                    if result:
+                        return result
+                    alone = not watches_memory and self._waiters == 1
+                    if alone:   # checked and registered under the lock: a newcomer's poke is not lost
+                        self._long_sleeper = me
+                        fds = [self._cc_fd, self._wake_fd]
+                        if self._channel_fd is not None:   # a client's rdma_cm events (DISCONNECTED)
+                            fds.append(self._channel_fd)
+                        block = max(WAIT_SLICE, self._last_activity + self._probe_after() - now)
+                    else:
+                        fds, block = [self._cc_fd], WAIT_SLICE
+                woke = self._cc_fd in _readable_fds(fds, min(deadline - now, block))
+                with self._lock:
+                    if alone:
+                        self._long_sleeper = None
+                        _drain(self._wake_fd)
+                    if woke:
+                        self._raise_if_closed()
+                        with contextlib.suppress(self.pv.Error):   # another thread took the event
+                            self.comp_channel.get_cq_event(self.cq)
+                            self.cq.ack_events(1)
+                if not woke and time.monotonic() - self._last_activity > self._probe_after():
+                    self._probe()
+        finally:
+            if registered:
+                with self._lock:
+                    self._waiters -= 1
+                    if self._closed and not self._waiters:
+                        self._close_wake_fd()
+
+    def _close_wake_fd(self) -> None:
+        if self._wake_fd is not None:
+            os.close(self._wake_fd)
+            self._wake_fd = None
+
+    def _probe_after(self) -> float:
+        """Idle seconds before the next probe: PROBE_IDLE, doubling with each unanswered-by-traffic
+        probe up to PROBE_MAX (a hundred idle connections probing every second cost a CPU in the
+        emulated guest; a dead peer is still noticed within PROBE_MAX plus the RC retries)."""
+        return min(PROBE_MAX, PROBE_IDLE * (1 << min(self._probes, 8)))
 
     def _probe(self) -> None:
         """An idle connection sends a NOP: to a dead peer it fails after the RC retries."""
         with self._lock:
             self._last_activity = time.monotonic()
+            self._probes += 1
             if not self._closed and self._error is None and self._credits() > 1 and self._free_send and self._sq_used < SEND_DEPTH:
                 self._post_eager(NOP, [])
 
@@ -547,6 +626,8 @@ class VerbsConnection(StreamConnection):
     # -- sending ---------------------------------------------------------------------------------------
     def _post_eager(self, kind: int, views: Sequence[Bytes]) -> None:
         pv = self.pv
+        if kind != NOP:
+            self._probes = 0
         slot = self._free_send.pop()
         base = slot * SLOT
         dst = self._send.view
@@ -574,7 +655,7 @@ class VerbsConnection(StreamConnection):
     def _send_message(self, kind: int, views: Sequence[Bytes], deadline: float) -> None:
         def ready():
             return self._credits() > 0 and self._free_send and self._sq_used < SEND_DEPTH
-        self._wait(ready, deadline, "waiting for send credits")
+        self._wait(ready, deadline, "waiting for send credits", watches_memory=True)
         with self._lock:
             self._raise_if_broken()
             self._post_eager(kind, views)
@@ -740,6 +821,10 @@ class VerbsConnection(StreamConnection):
                     if region is not None:
                         self.device.give_back(region)
             self._staging.clear()
+            if self._waiters:
+                _poke(self._wake_fd)   # a waiter sleeping long sees the close now; it closes the fd
+            else:
+                self._close_wake_fd()
             _live.discard(self)
 
 
@@ -828,7 +913,7 @@ class VerbsListener:
         pv = self.pv
         deadline = deadline_of(timeout, self._default_timeout)
         while True:
-            if not _readable(self._fd, min(deadline - time.monotonic(), WAIT_SLICE)):
+            if not _readable(self._fd, min(deadline - time.monotonic(), ACCEPT_SLICE)):
                 if self._closed:
                     raise TransportClosed(f"listener on {self.address} closed")
                 if time.monotonic() >= deadline:

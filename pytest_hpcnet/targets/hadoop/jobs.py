@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import ConfigError, HpcnetError
+from .budget import CLIENT_S, JOB_S
 from .runtime import HadoopRuntime
 
 APP_ID = re.compile(r"Submitted application (application_\d+_\d+)")
@@ -56,7 +57,7 @@ def _tail(text: str, n: int = 30) -> str:
 
 
 def run_program(rt: HadoopRuntime, program: str, args: list, *, conf_dir=None, defines: dict | None = None,
-                timeout: float = 900, check: bool = True, cwd=None) -> HadoopJobResult:
+                timeout: float = JOB_S, check: bool = True, cwd=None) -> HadoopJobResult:
     argv = rt.argv(program, [str(a) for a in args], conf_dir=conf_dir, defines=defines)
     t0 = time.monotonic()
     try:
@@ -175,7 +176,7 @@ def rpc_benchmark(rt, *, clients: int, seconds: int, msg_size: int, port: int, h
     the server in the same JVM when ``server_threads`` > 0); details["calls_per_second"]."""
     args = ["-c", _positive(clients, "-c"), "-t", _positive(seconds, "-t"), "-m", msg_size,
             "-h", host, "-p", port, "-s", server_threads]
-    r = run_program(rt, "RPCCallBenchmark", args, timeout=timeout or seconds + 120)
+    r = run_program(rt, "RPCCallBenchmark", args, timeout=timeout or seconds + CLIENT_S)
     found = CALLS_PER_SECOND.findall(r.output)
     if not found:
         raise HadoopJobError(f"RPCCallBenchmark printed no 'Total calls per second'\n{_tail(r.output)}")
@@ -185,7 +186,7 @@ def rpc_benchmark(rt, *, clients: int, seconds: int, msg_size: int, port: int, h
 
 @contextmanager
 def rpc_benchmark_server(rt, *, port: int, threads: int = 4, host: str = "127.0.0.1",
-                         start_timeout: float = 60.0):
+                         start_timeout: float = CLIENT_S):
     """Hadoop's RPCCallBenchmark echo server (``-s N -c 0``: it serves until killed)."""
     argv = rt.argv("RPCCallBenchmark", ["-s", str(threads), "-c", "0", "-h", host, "-p", str(port)])
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -219,7 +220,7 @@ def fs_cat(rt, path: str, *, conf_dir=None) -> bytes:
     with tempfile.TemporaryDirectory(prefix="hpcnet-fs-") as tmp:
         local = Path(tmp) / "file"
         argv = rt.argv("fs", ["-copyToLocal", path, f"file://{local}"], conf_dir=conf_dir)
-        proc = subprocess.run(argv, capture_output=True, timeout=300, stdin=subprocess.DEVNULL,
+        proc = subprocess.run(argv, capture_output=True, timeout=CLIENT_S, stdin=subprocess.DEVNULL,
                               env=rt.program_env("fs", conf_dir))
         if proc.returncode != 0 or not local.exists():
             raise HadoopJobError(f"hadoop fs -copyToLocal {path} exited {proc.returncode}\n"

@@ -31,6 +31,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ...errors import ConfigError, HpcnetError
+from .budget import MINICLUSTER_START_S
 from .runtime import HadoopRuntime, check_loopback_hostname
 
 # Small containers so an AM and two tasks fit on a 2-core, few-GB CI box; C1-only JIT and serial GC
@@ -149,7 +150,7 @@ def _alive(pid: int) -> bool:
 
 class MiniCluster:
     def __init__(self, runtime: HadoopRuntime, workdir: str | os.PathLike, *, nodemanagers: int = 2,
-                 datanodes: int = 2, overrides: dict | None = None, start_timeout: float = 420.0,
+                 datanodes: int = 2, overrides: dict | None = None, start_timeout: float = MINICLUSTER_START_S,
                  heap: str = "-Xmx1200m"):
         if runtime.jar_dir is None:
             raise ConfigError("the MiniCluster runs from the jar dir, not HADOOP_HOME (a real cluster is "
@@ -167,6 +168,7 @@ class MiniCluster:
         self.conf: dict[str, str] = {}
         self.conf_dir = self.workdir / "conf"
         self.log_path = self.workdir / "minicluster.log"
+        self._log_seen = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> "MiniCluster":
@@ -199,16 +201,16 @@ class MiniCluster:
 
     def _wait_ready(self, details: Path, written: Path) -> None:
         deadline = time.monotonic() + self.start_timeout
-        while not (details.exists() and details.stat().st_size):
-            self._check_alive("while starting")
-            if time.monotonic() > deadline:
-                raise MiniClusterError(f"not up after {self.start_timeout:.0f}s{self._log_tail()}")
+        while True:
+            try:
+                self.details = json.loads(details.read_text())
+                break
+            except (OSError, ValueError) as e:    # not there yet, or half written: a loaded box is slow
+                self._check_alive("while starting")
+                if time.monotonic() > deadline:
+                    raise MiniClusterError(f"not up after {self.start_timeout:.0f}s ({details}: {e})"
+                                           f"{self._log_tail()}") from None
             time.sleep(1)
-        time.sleep(0.5)   # the manager closes the file right after writing it
-        try:
-            self.details = json.loads(details.read_text())
-        except ValueError as e:
-            raise MiniClusterError(f"{details}: not JSON ({e})") from None
         self.conf = read_hadoop_xml(written)
         rm_conf = self.workdir / "rm-conf.xml"
         rm_conf.write_bytes(self._get("/conf", deadline))
@@ -252,6 +254,22 @@ class MiniCluster:
         if self.proc is None or self.proc.poll() is not None:
             code = None if self.proc is None else self.proc.returncode
             raise MiniClusterError(f"MiniCluster JVM exited (status {code}) {when}{self._log_tail()}")
+        if self._main_thread_died():
+            raise MiniClusterError(f"MiniCluster's main thread died {when}; its JVM lives on in service "
+                                   f"threads but will never be ready{self._log_tail()}")
+
+    def _main_thread_died(self) -> bool:
+        """The manager starts everything from its main thread. When that throws (seen: a port another
+        process took first) HDFS's threads keep the JVM alive, and waiting would use up the whole
+        start-up budget; the log says ``Exception in thread "main"``. Reads only what is new."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, self._log_seen - 64))       # a little overlap: the phrase may straddle reads
+                chunk = f.read()
+                self._log_seen = f.tell()
+        except OSError:
+            return False
+        return b'Exception in thread "main"' in chunk
 
     def _log_tail(self, lines: int = 25) -> str:
         try:

@@ -17,6 +17,7 @@ import urllib.request
 from dataclasses import asdict, dataclass
 
 from ...errors import HpcnetError
+from .budget import CLIENT_S
 from .jobs import run_program
 
 FIELDS = ("id", "state", "finalStatus", "elapsedTime", "vcoreSeconds", "memorySeconds")
@@ -85,7 +86,7 @@ def parse_app_status(text: str) -> AppRecord:
 
 
 def cli_app(rt, app_id: str, conf_dir=None) -> AppRecord:
-    r = run_program(rt, "application", ["application", "-status", app_id], conf_dir=conf_dir, timeout=120)
+    r = run_program(rt, "application", ["application", "-status", app_id], conf_dir=conf_dir, timeout=CLIENT_S)
     return parse_app_status(r.output)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from ....cluster.model import cross_host_reason
 from ....errors import ConfigError
 
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -91,10 +92,11 @@ def check_runnable(config: EngineConfig, cluster) -> None:
     if config.intermediate == "shared" and cluster.shared is None:
         raise ConfigError(f"intermediate=shared needs a shared dir, and cluster {cluster.name!r} has none",
                           where)
-    if config.transport == "shm" and len({n.host for n in cluster.nodes}) > 1:
-        raise ConfigError("transport=shm works between processes on one host; cluster "
-                          f"{cluster.name!r} spans hosts {sorted({n.host for n in cluster.nodes})}", where)
+    reason = cross_host_reason(config.transport, cluster.nodes)
+    if reason:
+        raise ConfigError(f"{reason} (cluster {cluster.name!r})", where)
     missing = [n.name for n in cluster.nodes if config.net not in n.addresses]
     if missing:
         raise ConfigError(f"net={config.net} but node(s) {', '.join(missing)} have no {config.net!r} address",
                           where)
+

@@ -1,7 +1,8 @@
 """The engine's driver: starts one worker per node, hands out tasks, survives lost workers.
 
-The driver runs in the calling process. ``Engine.start()`` opens a control socket on loopback,
-launches ``python -m ...engine.worker`` on every node through the cluster's launchers and waits for
+The driver runs in the calling process (the controller). ``Engine.start()`` opens a control socket on
+the controller's address on the cluster's network (``cluster.controller``: loopback for ``local:N``,
+the bridge's port for ``netns:N``, the inventory's or a derived address for real clusters), launches ``python -m ...engine.worker`` on every node through the cluster's launchers and waits for
 each worker's hello. Jobs (``jobs.py``) then call ``run_map_only`` or ``run_mapreduce``.
 
 Scheduling: one task at a time per worker, first come first served. A worker is *lost* when its
@@ -106,12 +107,25 @@ class _Pending:
     deadline: float
 
 
+def controller_host(cluster, network: str = "eth") -> str:
+    """Where the workers reach this process on ``network``; loopback only when every node is local."""
+    address = getattr(cluster, "controller", {}).get(network)
+    if address:
+        return address
+    if all(n.launcher == "local" for n in cluster.nodes):
+        return "127.0.0.1"
+    raise ConfigError(f"cluster {cluster.name!r} names no controller address on network {network!r}, and "
+                      f"its nodes ({', '.join(n.name for n in cluster.nodes)}) are not all on this host: "
+                      f"set [cluster] controller = {{ {network} = \"...\" }} in the inventory",
+                      "engine driver")
+
+
 class Engine:
     """Workers on a cluster's nodes and the driver loop that feeds them (a context manager)."""
 
     def __init__(self, cluster, launchers, *, nodes=None, max_attempts: int = 4,
                  heartbeat_timeout: float = 10.0, start_timeout: float = 60.0,
-                 driver_host: str = "127.0.0.1", job_timeout: float = 900.0):
+                 driver_host: str | None = None, network: str = "eth", job_timeout: float = 900.0):
         if max_attempts < 1:
             raise HpcnetError(f"max_attempts must be >= 1, got {max_attempts}")
         self.cluster, self.launchers = cluster, launchers
@@ -119,7 +133,8 @@ class Engine:
         if not self.nodes:
             raise HpcnetError(f"cluster {cluster.name!r} has no nodes to run workers on")
         self.max_attempts, self.heartbeat_timeout = max_attempts, heartbeat_timeout
-        self.start_timeout, self.driver_host = start_timeout, driver_host
+        self.start_timeout = start_timeout
+        self.driver_host = driver_host or controller_host(cluster, network)
         self.job_timeout = job_timeout
         self._deadline = float("inf")
         self.workers: dict[str, WorkerHandle] = {}
@@ -177,10 +192,8 @@ class Engine:
                 p = _Pending(sock, Channel(sock), auth.ServerHandshake(), time.monotonic() + HELLO_TIMEOUT)
                 sock.sendall(p.hs.greeting())
                 pending.append(p)
-            except socket.timeout:
+            except OSError:        # socket.timeout: no one came; any other: that peer is gone already
                 pass
-            except OSError:
-                pass                                           # that peer is gone already
             for p in list(pending):
                 try:
                     w = self._hello_from(p)
