@@ -66,12 +66,22 @@ def parse_address(text: str, where: str = "HOST:PORT") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _impl(args: argparse.Namespace) -> str:
-    """``--impl``, else native where it is built and can serve the transport, else python."""
+def _impl(args: argparse.Namespace, command: str) -> str:
+    """``--impl``, else native where it is built and can serve the transport, else python -- and then
+    one line on stderr says why (the native core is not built here, or it does not speak the transport:
+    verbs, e.g. in the Soft-RoCE guest, which does not build it). ``--impl native`` where it cannot run
+    is refused in words (``ConfigError``)."""
     from .. import native
-    if args.impl is None:
-        return "native" if native.AVAILABLE and args.transport in ("tcp", "shm") else "python"
-    return native.resolve_impl(args.impl, where="--impl")
+    from .native import NATIVE_TRANSPORTS
+    if args.impl is not None:
+        return native.resolve_impl(args.impl, where="--impl")
+    why = native.WHY_NOT if not native.AVAILABLE else (
+        "" if args.transport in NATIVE_TRANSPORTS else
+        f"the native core speaks {' and '.join(NATIVE_TRANSPORTS)}, not {args.transport}")
+    if why:
+        print(f"hpcnet rpc {command}: impl=python: {why}", file=sys.stderr, flush=True)
+        return "python"
+    return "native"
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -84,7 +94,7 @@ def serve_command(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        impl = _impl(args)
+        impl = _impl(args, "serve")
         server = make_server(impl, transport=args.transport, host=args.host, port=args.port,
                              buffers=args.buffers, handlers=args.handlers, dispatch=args.dispatch,
                              max_data_length=args.max_data_length or MAX_DATA_LENGTH,
@@ -113,7 +123,7 @@ def ping_command(args: argparse.Namespace) -> int:
     if args.size < 0 or args.count < 1:
         raise ConfigError("--size must be >= 0 and --count >= 1", where="hpcnet rpc ping")
     payload = bytes(args.size)
-    impl = _impl(args)
+    impl = _impl(args, "ping")
     try:
         with make_client(address, impl=impl, transport=args.transport, buffers=args.buffers,
                          timeout=args.timeout, connect_timeout=args.timeout) as client:
