@@ -215,24 +215,31 @@ def interleaved_echo(baseline: tuple, candidate: tuple, size: int, *, rounds: in
     """Echo round trips of two configurations in this process (server threads and client), taking
     turns call by call (A B, B A, ...): per round, the median of ``calls`` calls of each, in µs.
 
+    A configuration is ``(transport, buffers[, network[, impl]])``. An ``impl=native`` one's server and
+    client are the native core's, and each of its calls is timed inside the core (``echo_samples`` of
+    one call), so no interpreter sits inside its timed call; a Python one's calls are timed here, around
+    ``RpcClient.echo``, as the Python implementation's cost includes its interpreter.
+
     Both configurations share one process's scheduling, so a neighbour's load falls on both alike:
     the per-round ratio measures what one design costs against the other (about 0.02-0.08 sd of its
     log on a loaded 2-core box, against 0.4-1.0 for servers in their own processes). ``more`` takes
     further rounds on the same connections.
     """
     from ..measure import Paired
-    from ..reference.rpc import RpcClient, RpcServer
+    from ..reference.rpc import make_client, make_server
     stack = contextlib.ExitStack()
-    clients = []
+    timed = []
+    payload, clock = bytes(size), time.perf_counter_ns
     with stack:
-        for transport, buffers in (baseline[:2], candidate[:2]):
-            server = stack.enter_context(RpcServer(buffers=buffers, transport=transport))
-            clients.append(stack.enter_context(RpcClient(server.address, buffers=buffers, transport=transport,
-                                                         timeout=timeout)))
-        payload, clock = bytes(size), time.perf_counter_ns
+        for config in (baseline, candidate):
+            transport, buffers, _, impl = config_parts(config)
+            server = stack.enter_context(make_server(impl, buffers=buffers, transport=transport))
+            client = stack.enter_context(make_client(server.address, impl=impl, buffers=buffers,
+                                                     transport=transport, timeout=timeout))
+            timed.append(_timed_echo(client, impl, payload, clock))
         for _ in range(warmup):
-            for c in clients:
-                c.echo(payload)
+            for one in timed:
+                one()
         base: list[float] = []
         cand: list[float] = []
 
@@ -241,11 +248,7 @@ def interleaved_echo(baseline: tuple, candidate: tuple, size: int, *, rounds: in
                 times: tuple[list[float], list[float]] = ([], [])
                 for forward in abba(calls, r):
                     for i in ((0, 1) if forward else (1, 0)):
-                        t0 = clock()
-                        reply = clients[i].echo(payload)
-                        times[i].append((clock() - t0) / 1000.0)
-                        if len(reply) != size:
-                            raise HpcnetError(f"echo of {size} B returned {len(reply)} B")
+                        times[i].append(timed[i]())
                 base.append(statistics.median(times[0]))
                 cand.append(statistics.median(times[1]))
             return list(base), list(cand)
@@ -255,6 +258,25 @@ def interleaved_echo(baseline: tuple, candidate: tuple, size: int, *, rounds: in
         # the connections close with this function; more rounds open new ones (a fresh warm-up)
         paired.more = lambda n: _reopened(baseline, candidate, size, calls, warmup, timeout, base, cand, n)
         return paired
+
+
+def _timed_echo(client, impl: str, payload: bytes, clock):
+    """A function making one echo call on ``client`` and returning its round trip in µs."""
+    size = len(payload)
+    if impl == "native":
+        def one() -> float:
+            (rtt,) = client.echo_samples(size, 1)   # timed in the core; it checks the reply's length
+            return rtt
+        return one
+
+    def one() -> float:
+        t0 = clock()
+        reply = client.echo(payload)
+        rtt = (clock() - t0) / 1000.0
+        if len(reply) != size:
+            raise HpcnetError(f"echo of {size} B returned {len(reply)} B")
+        return rtt
+    return one
 
 
 def _reopened(baseline, candidate, size, calls, warmup, timeout, base, cand, n):
