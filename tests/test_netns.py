@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from child_signals import default_sigint
 
 
 from pytest_hpcnet.cluster import load_cluster, netns
@@ -41,11 +42,6 @@ def root_links() -> set[str]:
     return {line.split(":")[1].strip().split("@")[0] for line in out.splitlines()}
 
 
-
-def _default_sigint():
-    """A shell starts background jobs with SIGINT ignored and children inherit that (a CI run started
-    with ``&``): the interrupted child must get Ctrl-C as a user's terminal would deliver it."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 def test_without_root_the_error_says_what_is_needed(monkeypatch, tmp_path):
     monkeypatch.setattr(netns, "available", lambda: False)
@@ -193,7 +189,7 @@ _CTRL_C = textwrap.dedent("""
 def test_ctrl_c_tears_down(tmp_path, sig):
     """Ctrl-C: atexit tears down; SIGKILL: the reaper does (the process cannot)."""
     proc = subprocess.Popen([sys.executable, "-c", _CTRL_C, str(tmp_path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO, preexec_fn=_default_sigint)
+                            stderr=subprocess.PIPE, text=True, cwd=REPO, preexec_fn=default_sigint)
     try:
         names = proc.stdout.readline().split()
         assert len(names) == 2, proc.stderr.read()

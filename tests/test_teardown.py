@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from child_signals import default_sigint
 
 
 from pytest_hpcnet.cluster import netns, reaper
@@ -58,11 +59,6 @@ CASES = [("local:2", signal.SIGKILL), ("netns:2", signal.SIGKILL), ("local:2", s
 
 
 
-def _default_sigint():
-    """A shell starts background jobs with SIGINT ignored and children inherit that (a CI run started
-    with ``&``): the interrupted child must get Ctrl-C as a user's terminal would deliver it."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
 @pytest.mark.parametrize("cluster_spec,sig", CASES, ids=[f"{c.split(':')[0]}-{s.name}" for c, s in CASES])
 def test_killed_pytest_leaves_nothing(tmp_path, cluster_spec, sig):
     if cluster_spec.startswith("netns") and not netns.available():
@@ -75,7 +71,7 @@ def test_killed_pytest_leaves_nothing(tmp_path, cluster_spec, sig):
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "test_inner.py", "-p", "no:cacheprovider", "-q",
                              "-p", "no:xdist", f"--hpcnet-cluster={cluster_spec}",
                              f"--hpcnet-report={tmp_path / 'report'}"],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_default_sigint)
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint)
     try:
         deadline = time.monotonic() + 90
         while not marker.exists():

@@ -14,6 +14,8 @@ import base64
 import os
 import shutil
 import subprocess
+import sys
+import warnings
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -81,6 +83,42 @@ def test_all_of_runs_every_command_and_keeps_the_first_failure():
     r = run(["echo a", "(exit 3)", "echo c", "(exit 4)"])
     assert r.returncode == 3 and r.stdout.split() == ["a", "c"]
     assert run(["true", "true"]).returncode == 0
+
+
+FLAKY_ONCE = """
+import os
+from pathlib import Path
+
+def test_steady():
+    pass
+
+def test_fails_the_first_time(tmp_path_factory):
+    marker = Path(os.environ["MARKER"])
+    first = not marker.exists()
+    marker.touch()
+    assert not first
+
+def test_always_fails():
+    assert os.environ.get("BROKEN") != "1"
+"""
+
+
+@pytest.mark.parametrize("broken,status", [("0", 0), ("1", 1)])
+def test_rerun_failed_command_runs_only_the_failed_tests_again(tmp_path, broken, status):
+    (tmp_path / "test_flaky.py").write_text(FLAKY_ONCE)
+    results = tmp_path / "results"
+    results.mkdir()
+    cmd = guest.rerun_failed_command(["-p", "no:randomly", "-p", "no:xdist", "test_flaky.py"], str(results))
+    cmd = cmd.replace(guest._RERUN_CACHE, str(tmp_path / "cache")).replace("python3 ", f"{sys.executable} ")
+    env = dict(os.environ, MARKER=str(tmp_path / "marker"), BROKEN=broken)
+    env.pop("PYTEST_ADDOPTS", None)
+    done = subprocess.run(["sh", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == status, done.stdout[-2000:]
+    first = _outcomes(_suite(results / "junit.xml"))
+    again = _outcomes(_suite(results / guest.RERUN_JUNIT))
+    assert first["test_fails_the_first_time"] == "failure" and first["test_steady"] == "passed"
+    assert again["test_fails_the_first_time"] == "passed" and "test_steady" not in again
+    assert ("test_always_fails" in again) == (broken == "1")
 
 
 def test_rehearsal_runs_the_paper_claims_as_written_with_verdicts_reported():
@@ -217,6 +255,21 @@ def _outcomes(suite) -> dict[str, str]:
                                 "passed") for c in suite.iter("testcase")}
 
 
+def _failures(results_dir: Path, only=("junit.xml", guest.RERUN_JUNIT, "rehearsal.xml")) -> str:
+    """Each failed or errored guest test with the end of its message: the output's tail shows only
+    the last command (the rehearsal), not the suites that ran before it."""
+    lines = []
+    for name in only:
+        if not (results_dir / name).exists():
+            continue
+        for case in _suite(results_dir / name).iter("testcase"):
+            for tag in ("failure", "error"):
+                if (found := case.find(tag)) is not None:
+                    text = (found.text or found.get("message", ""))[-1500:]
+                    lines.append(f"{name}: {case.get('classname')}::{case.get('name')} {tag}:\n{text}")
+    return "\n".join(lines)
+
+
 # The guest's budget (boot, every rdma-marked test, the rehearsal) and, on top, a cold guest build.
 GUEST_SECONDS = 2100
 BUILD_SECONDS = 300
@@ -228,14 +281,23 @@ def test_verbs_suites_pass_in_the_soft_roce_guest(tmp_path, measure):
     """In one boot: every rdma-marked test (must pass), then the paper-claims rehearsal (must run).
     The guest's pytest runs verbose with its slowest tests listed: its output is on the serial log
     as it runs, so a run that overstays its budget shows where the time went."""
-    command = guest.all_of([guest.guest_pytest_command(DEFAULT_TESTS + ["-p", "no:randomly", "-v",
+    command = guest.all_of([guest.rerun_failed_command(DEFAULT_TESTS + ["-p", "no:randomly", "-v",
                                                                         "--durations=15"]),
                             guest.rehearsal_command()])
     run = boot.run(command, tmp_path / "results", timeout=GUEST_SECONDS, log=lambda m: None)
     output = (run.results / "output.txt").read_text(errors="replace")
-    assert run.exit_status == 0, output[-4000:]
+    assert run.exit_status == 0, _failures(run.results) or output[-4000:]
     suite = _suite(run.results / "junit.xml")
     outcomes = _outcomes(suite)
+    if (run.results / guest.RERUN_JUNIT).exists():
+        # failed once, passed when run again: said as a warning with the first failure's message,
+        # so a flaky guest test is seen in every run it happens in
+        again = _outcomes(_suite(run.results / guest.RERUN_JUNIT))
+        flaky = sorted(name for name, outcome in outcomes.items() if outcome in ("failure", "error"))
+        assert flaky and all(again.get(name) == "passed" for name in flaky), (flaky, again)
+        warnings.warn(f"flaky in the guest (failed, then passed when run again): {', '.join(flaky)}\n"
+                      + _failures(run.results, only=("junit.xml",)))
+        outcomes.update({name: "passed" for name in flaky})
     assert len(outcomes) >= 35 and not {"failure", "error"} & set(outcomes.values()), outcomes
     # the only skips: paper claims, for hardware Soft-RoCE is not (QDR InfiniBand), and the latency
     # sweep when perftest's ib_send_lat gave no figures (its clock calibration can fail on a loaded

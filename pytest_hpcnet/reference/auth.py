@@ -171,7 +171,7 @@ def client_handshake(conn, timeout: float = HANDSHAKE_TIMEOUT) -> None:
     except AuthError:
         conn.close()
         raise
-    except TransportError as e:
+    except (TransportError, OSError) as e:
         conn.close()
         raise AuthError(f"authentication with {getattr(conn, 'peer', '?')} failed: {e}") from None
 
@@ -195,41 +195,39 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
+class _SocketConnection:
+    """A plain blocking socket seen through the three connection calls the handshakes use."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        try:
+            self.peer = sock.getpeername()
+        except OSError:
+            self.peer = "?"
+
+    def send_raw(self, data: bytes, timeout: float) -> None:
+        self.sock.settimeout(timeout)
+        self.sock.sendall(data)
+
+    def recv_raw(self, n: int, timeout: float) -> bytes:
+        self.sock.settimeout(timeout)
+        return _recv_exact(self.sock, n)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 def serve_handshake_socket(sock: socket.socket, who: str, timeout: float = HANDSHAKE_TIMEOUT) -> bool:
     """``serve_handshake`` for a plain blocking socket (its timeout is restored afterwards)."""
-    hs = ServerHandshake()
     old = sock.gettimeout()
-    try:
-        peer = sock.getpeername()
-    except OSError:
-        peer = "?"
-    try:
-        sock.settimeout(timeout)
-        sock.sendall(hs.greeting())
-        hs.feed(_recv_exact(sock, len(MAGIC)))                  # a foreign protocol is refused at once
-        if not hs.done:
-            hs.feed(_recv_exact(sock, RESPONSE_SIZE - len(MAGIC)))
-        sock.sendall(hs.reply)
+    ok = serve_handshake(_SocketConnection(sock), who, timeout)
+    if ok:
         sock.settimeout(old)
-    except OSError as e:
-        hs.ok, hs.reason = False, f"no credentials within {timeout:.0f}s ({e})"
-    if not hs.ok:
-        count_refusal(who, peer, hs.reason)
-        sock.close()
-    return hs.ok
+    return ok
 
 
 def client_handshake_socket(sock: socket.socket, timeout: float = HANDSHAKE_TIMEOUT) -> None:
+    """``client_handshake`` for a plain blocking socket (its timeout is restored afterwards)."""
     old = sock.gettimeout()
-    try:
-        sock.settimeout(timeout)
-        response, cn, sn = _client_response(_recv_exact(sock, GREETING_SIZE))
-        sock.sendall(response)
-        _check_proof(_recv_exact(sock, PROOF_SIZE), cn, sn)
-        sock.settimeout(old)
-    except AuthError:
-        sock.close()
-        raise
-    except OSError as e:
-        sock.close()
-        raise AuthError(f"authentication failed: {e}") from None
+    client_handshake(_SocketConnection(sock), timeout)
+    sock.settimeout(old)

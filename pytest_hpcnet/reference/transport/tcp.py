@@ -288,8 +288,9 @@ class TcpListener:
         self._buffers, self._default_timeout = buffers, default_timeout
 
     def accept(self, timeout: float | None = None) -> TcpConnection:
-        self._sock.settimeout(self._default_timeout if timeout is None else timeout)
         try:
+            # inside the try: close() from another thread may land before settimeout (EBADF)
+            self._sock.settimeout(self._default_timeout if timeout is None else timeout)
             sock, _ = self._sock.accept()
         except socket.timeout:
             raise TransportTimeout("no connection within the timeout") from None
