@@ -10,13 +10,31 @@ PYTEST_ARGS ?=
 
 .PHONY: setup run test guest hadoop-target gates canary netns-suites clean asv-assets hadoop-jars
 
-setup: $(STAMP)
+# The native core (native/: Rust + PyO3, built by maturin, which pip fetches from PyPI; crates from
+# crates.io). NATIVE=auto builds it where cargo is (a failed build fails setup), and says so and goes
+# on with the Python implementation where cargo is not; NATIVE=no skips it; NATIVE=yes requires it.
+NATIVE ?= auto
+NATIVE_STAMP = $(VENV)/.native
+NATIVE_SRC = native/Cargo.toml native/Cargo.lock native/pyproject.toml $(wildcard native/src/*.rs) \
+             $(wildcard native/python/pytest_hpcnet_native/*.py)
+
+setup: $(STAMP) $(NATIVE_STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
+
+$(NATIVE_STAMP): $(STAMP) $(NATIVE_SRC)
+	@if [ "$(NATIVE)" = no ]; then echo "setup: NATIVE=no: the native core is not built; impl=python runs"; \
+	elif command -v cargo >/dev/null 2>&1; then \
+	    echo "setup: building the native core (cargo, 2 jobs)"; \
+	    start=$$(date +%s); \
+	    CARGO_BUILD_JOBS=2 $(PY) -m pip install --quiet ./native && touch $@ \
+	    && echo "setup: native core built in $$(( $$(date +%s) - start )) s"; \
+	elif [ "$(NATIVE)" = yes ]; then echo "setup: NATIVE=yes but cargo is missing (install Rust with rustup)" >&2; exit 1; \
+	else echo "setup: cargo not found: the native core is not built; impl=python runs (see README)"; fi
 
 # The run's tables print at the end of pytest; the HTML report is written next to the run record.
 run: setup
@@ -110,4 +128,4 @@ canary: setup
 	if [ $$status = 5 ]; then echo "make canary: pytest collected no tests" >&2; fi; exit $$status
 
 clean:
-	rm -rf $(VENV) .hpcnet .pytest_cache build *.egg-info
+	rm -rf $(VENV) .hpcnet .pytest_cache build *.egg-info native/target

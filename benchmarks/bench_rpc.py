@@ -28,7 +28,8 @@ import time
 import numpy as np
 
 FLOOR_SERVER = ["-m", "pytest_hpcnet.workloads.socket_floor", "serve", "--port", "0"]
-RPC_SERVER = ["-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0"]
+RPC_SERVER = ["-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0", "--impl", "python"]   # the native
+# core's figures are benchmarks/bench_native.py's
 
 
 class _Server:

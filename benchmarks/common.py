@@ -172,7 +172,8 @@ def rpc_small() -> list[Measurement]:
         ports = {"socket-floor": int(wait_for_line(floor, r"^listening \S+ (\d+)$").group(1))}
         for transport in ("tcp", "shm"):
             srv = launchers.start(node, [sys.executable, "-m", "pytest_hpcnet.reference.rpc.cli", "serve",
-                                         "--host", host, "--port", "0", "--transport", transport])
+                                         "--host", host, "--port", "0", "--transport", transport,
+                                         "--impl", "python"])
             ports[f"transport={transport}"] = int(wait_for_line(srv, r"^listening on \S+ \S+:(\d+) ").group(1))
         pingers = {"socket-floor": _floor_pinger(host, ports["socket-floor"])}
         for transport in ("tcp", "shm"):

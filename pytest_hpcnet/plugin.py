@@ -278,14 +278,15 @@ def claim(request, hpcnet):
     ``baseline`` and ``candidate`` are ``measure.Series`` or ``Measurement``s. Samples of another metric
     or configuration than the claim names fail the test. ``requires``: features the claim's
     configurations need besides its markers (n/a where absent, before anything runs: pass None as
-    ``baseline``). A failed claim fails the test (it only warns
+    ``baseline``); ``unavailable``: what this run lacks that the claim needs (software, e.g. the native
+    core), n/a with that reason. A failed claim fails the test (it only warns
     for a report-only claim or under ``--hpcnet-verdicts report``); n/a skips it; a warn warns
     (``ClaimWarning``), or fails under ``--hpcnet-strict-warn``. Under ``--hpcnet-canary`` an enforced
     local gate must FAIL, and the test fails if it does not.
     """
-    def check(claim_id: str, baseline, candidate=None, *, requires=()):
+    def check(claim_id: str, baseline, candidate=None, *, requires=(), unavailable: str = ""):
         try:
-            verdict = hpcnet.check_claim(claim_id, baseline, candidate, requires=requires)
+            verdict = hpcnet.check_claim(claim_id, baseline, candidate, requires=requires, unavailable=unavailable)
         except (KeyError, ValueError, TypeError) as e:
             problem = str(e.args[0]) if e.args else str(e)
         else:

@@ -22,7 +22,8 @@ from .errors import ConfigError
 from .measure import Measurement
 
 SCHEMA = 1
-_PACKAGES = ("pytest-hpcnet", "pytest", "numpy", "scipy", "protobuf", "pytest-xdist", "pytest-benchmark")
+_PACKAGES = ("pytest-hpcnet", "pytest-hpcnet-native", "pytest", "numpy", "scipy", "protobuf", "pytest-xdist",
+             "pytest-benchmark")
 
 
 def git_commit(cwd: Path) -> dict:

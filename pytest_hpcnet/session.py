@@ -176,17 +176,21 @@ class HpcnetSession:
     def record(self, m: Measurement) -> None:
         self.measurements.append(m)
 
-    def check_claim(self, claim_id: str, baseline, candidate=None, requires=()) -> Verdict:
+    def check_claim(self, claim_id: str, baseline, candidate=None, requires=(), unavailable: str = "") -> Verdict:
         """Evaluate a claim on a ``Paired`` (more rounds are taken while its CI straddles a bound, up to
         ``max_rounds``) or on two sides (``measure.Series``/``Measurement``); n/a without running
         anything if hardware is absent (the claim's markers, and ``requires``: what its configurations
-        need, e.g. ``hardware.config_features``). Under the canary an enforced local gate's candidate is made
-        worse first; every local claim's sensitivity is recorded."""
+        need, e.g. ``hardware.config_features``), or when ``unavailable`` names software this run lacks
+        (e.g. the native core where it is not built). Under the canary an enforced local gate's candidate is
+        made worse first; every local claim's sensitivity is recorded."""
         claim = self.claims.get(claim_id)
         if claim is None:
             raise KeyError(f"no claim {claim_id!r} is loaded (known: {', '.join(sorted(self.claims)) or 'none'})")
         missing = self.missing([*claim.markers, *requires])
-        if missing:
+        if unavailable:
+            verdict = not_applicable(claim, {})
+            verdict.reason = unavailable
+        elif missing:
             verdict = not_applicable(claim, missing)
             if set(missing) - set(claim.markers):
                 verdict.reason += f" (its configurations need {', '.join(sorted(set(requires)))})"
@@ -212,9 +216,11 @@ class HpcnetSession:
 
     def canary_missed(self) -> list[str]:
         """Under the canary: the enforced local gates that did not FAIL with the regression injected
-        (not evaluated at all counts too, so a gate left out of the canary run cannot hide)."""
+        (not evaluated at all counts too, so a gate left out of the canary run cannot hide; a gate n/a here,
+        whose verdict says what this run lacks, is not one the canary could trip)."""
         caught = {v["claim_id"] for v in self.verdicts if v.get("injected") and v["outcome"] == "fail"}
-        return sorted(c.id for c in self.claims.values() if self.is_gate(c) and c.id not in caught)
+        absent = {v["claim_id"] for v in self.verdicts if v["outcome"] == "n/a"}
+        return sorted(c.id for c in self.claims.values() if self.is_gate(c) and c.id not in caught | absent)
 
     def is_gate(self, claim: Claim) -> bool:
         """An enforced local claim: this project's own regression gate, which the canary must trip."""

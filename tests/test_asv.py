@@ -46,6 +46,10 @@ def require_asv_and_git() -> str:
 def fresh_clone(dest: Path) -> Path:
     subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(dest)], check=True,
                    capture_output=True, timeout=120)
+    # asv.conf.json names the branch "main": the clone's checked-out commit is that branch there, whatever
+    # branch this checkout is on (a feature branch's clone has no local main otherwise)
+    subprocess.run(["git", "-C", str(dest), "checkout", "--quiet", "-B", "main"], check=True,
+                   capture_output=True, timeout=60)
     shutil.copyfile(REPO / "asv.conf.json", dest / "asv.conf.json")
     shutil.rmtree(dest / "benchmarks", ignore_errors=True)
     shutil.copytree(REPO / "benchmarks", dest / "benchmarks", ignore=shutil.ignore_patterns("__pycache__"))

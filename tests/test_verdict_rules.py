@@ -231,3 +231,18 @@ def test_a_clusters_override_changes_the_bound_used_and_the_record_says_so(pytes
     assert v["outcome"] == "fail" and v["bound"] == "<= 0.7 (warn band 0.05)"
     assert v["bound_from"].endswith("ours.toml (our fabric is faster)")
     result.stdout.fnmatch_lines(["*rule.pass*<= 0.7*(override)*"])
+
+
+def test_a_gate_that_cannot_run_here_is_na_with_the_reason_and_the_canary_does_not_count_it(
+        pytester, run_hpcnet, tmp_path):
+    """``claim(id, None, unavailable=reason)``: what this run lacks (e.g. the native core where it is not
+    built). The test skips with the reason, the record holds n/a, and the canary names only the gates
+    that could have run."""
+    _suite(pytester, TESTS.replace('pytest.skip("needs a second host")',
+                                   'claim("rule.skipped", None, unavailable="the native core is not built here")'))
+    result = run_hpcnet("suites", "--hpcnet-canary=20%", "-rs")
+    v = _verdicts(tmp_path)
+    assert v["rule.skipped"]["outcome"] == "n/a" and v["rule.skipped"]["reason"] == "the native core is not built here"
+    result.stdout.fnmatch_lines(["*canary: 3 enforced local gate(s) did not FAIL with 20% injected: rule.pass, "
+                                 "rule.tolerance, rule.warn_band*",
+                                 "*SKIPPED*N/A rule.skipped*the native core is not built here*"])

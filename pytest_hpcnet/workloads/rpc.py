@@ -17,9 +17,12 @@
   point would cost more than the measurement); a start file written after every client reported
   ready fixes the schedule's time zero.
 
-A configuration is ``(transport, buffers)`` or ``(transport, buffers, network)`` (the network whose
-address the server listens on; the workload's ``network`` otherwise); its name is
-``transport=T,buffers=B,net=N``. The server
+A configuration is ``(transport, buffers)``, ``(transport, buffers, network)`` (the network whose
+address the server listens on; the workload's ``network`` otherwise) or ``(transport, buffers, network,
+impl)``; its name is ``transport=T,buffers=B,net=N``, plus ``,impl=native`` for the compiled core
+(``impl=python``, the readable reference, is the default and is not spelled out, so the names the
+claims were set with keep meaning what they measured). With ``impl=native`` both ends are native (the
+server's built-in echo never enters Python) and the sweep times each call inside the core. The server
 (``python -m pytest_hpcnet.workloads.rpc serve``) is the reference ``RpcServer`` with the built-in
 echo and ping plus two methods the conformance suite needs: ``sleepEcho`` (sleeps the milliseconds
 in the payload's first two bytes, big-endian, then echoes) and ``fail`` (raises ``ValueError`` with
@@ -56,11 +59,22 @@ PEAK_THROUGHPUT_METRIC = "rpc.echo.peak_calls_per_second"   # per round, the bes
 SWEEP_SIZES = (1, 64, 1024, 16384, 65536, 1 << 20)
 CLIENT_COUNTS = (1, 2, 4, 8, 16)
 CONFIGS = (("tcp", "pooled"), ("tcp", "naive"), ("shm", "pooled"), ("shm", "naive"))
+# the native core's tcp configurations, named ``...,impl=native`` (shm works natively too, same host only)
+NATIVE_CONFIGS = (("tcp", "pooled", "eth", "native"), ("tcp", "naive", "eth", "native"))
 LISTENING = r"^listening on (\S+) (\S+):(\d+) "
 
 
-def config_name(transport: str, buffers: str, network: str = "eth") -> str:
-    return f"transport={transport},buffers={buffers},net={network}"
+def config_name(transport: str, buffers: str, network: str = "eth", impl: str = "python") -> str:
+    name = f"transport={transport},buffers={buffers},net={network}"
+    return name if impl == "python" else f"{name},impl={impl}"
+
+
+def config_parts(config: tuple) -> tuple[str, str, str | None, str]:
+    """``(transport, buffers[, network[, impl]])`` -> (transport, buffers, network or None, impl)."""
+    transport, buffers, *rest = config
+    network = rest[0] if rest else None
+    impl = rest[1] if len(rest) > 1 else "python"
+    return transport, buffers, network, impl
 
 
 def iterations_for(size: int, small: int) -> int:
@@ -82,10 +96,11 @@ class Served:
     port: int
     proc: object
     network: str = "eth"
+    impl: str = "python"
 
     @property
     def config(self) -> str:
-        return config_name(self.transport, self.buffers, self.network)
+        return config_name(self.transport, self.buffers, self.network, self.impl)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -93,15 +108,20 @@ class Served:
 
     @property
     def spec(self) -> str:
-        return f"{self.transport}:{self.buffers}:{self.host}:{self.port}"
+        return f"{self.transport}:{self.buffers}:{self.impl}:{self.host}:{self.port}"
 
 
 def start_server(launchers: Launchers, node, *, transport: str, buffers: str, network: str = "eth",
-                 handlers: int = 8, dispatch: str = "auto", max_data_length: int | None = None) -> Served:
+                 handlers: int = 8, dispatch: str = "auto", max_data_length: int | None = None,
+                 impl: str = "python") -> Served:
     """Start the echo server on ``node``; returns once it listens. Kill it with ``served.proc.kill()``."""
+    from ..reference.native import resolve_impl
+    from ..reference.rpc.native import check_config
+    if resolve_impl(impl) == "native":   # refused here, in words, rather than by a server that exits
+        check_config(transport, buffers)
     argv = [sys.executable, "-m", __name__, "serve", "--host", node.address(network), "--port", "0",
             "--transport", transport, "--buffers", buffers, "--handlers", str(handlers),
-            "--dispatch", dispatch]
+            "--dispatch", dispatch, "--impl", impl]
     if max_data_length is not None:
         argv += ["--max-data-length", str(max_data_length)]
     proc = launchers.start(node, argv)
@@ -110,7 +130,7 @@ def start_server(launchers: Launchers, node, *, transport: str, buffers: str, ne
     except BaseException:
         proc.kill()
         raise
-    return Served(transport, buffers, m.group(2), int(m.group(3)), proc, network)
+    return Served(transport, buffers, m.group(2), int(m.group(3)), proc, network, impl)
 
 
 @contextlib.contextmanager
@@ -118,9 +138,11 @@ def servers(launchers: Launchers, node, configs=CONFIGS, **options):
     """One running server per configuration on ``node``; all killed on exit."""
     started: list[Served] = []
     try:
-        for transport, buffers, *net in configs:
-            opts = dict(options, network=net[0]) if net else options
-            started.append(start_server(launchers, node, transport=transport, buffers=buffers, **opts))
+        for config in configs:
+            transport, buffers, net, impl = config_parts(config)
+            opts = dict(options, network=net) if net else options
+            started.append(start_server(launchers, node, transport=transport, buffers=buffers, impl=impl,
+                                        **opts))
         yield started
     finally:
         for s in started:
@@ -194,24 +216,31 @@ def interleaved_echo(baseline: tuple, candidate: tuple, size: int, *, rounds: in
     """Echo round trips of two configurations in this process (server threads and client), taking
     turns call by call (A B, B A, ...): per round, the median of ``calls`` calls of each, in µs.
 
+    A configuration is ``(transport, buffers[, network[, impl]])``. An ``impl=native`` one's server and
+    client are the native core's, and each of its calls is timed inside the core (``echo_samples`` of
+    one call), so no interpreter sits inside its timed call; a Python one's calls are timed here, around
+    ``RpcClient.echo``, as the Python implementation's cost includes its interpreter.
+
     Both configurations share one process's scheduling, so a neighbour's load falls on both alike:
     the per-round ratio measures what one design costs against the other (about 0.02-0.08 sd of its
     log on a loaded 2-core box, against 0.4-1.0 for servers in their own processes). ``more`` takes
     further rounds on the same connections.
     """
     from ..measure import Paired
-    from ..reference.rpc import RpcClient, RpcServer
+    from ..reference.rpc import make_client, make_server
     stack = contextlib.ExitStack()
-    clients = []
+    timed = []
+    payload, clock = bytes(size), time.perf_counter_ns
     with stack:
-        for transport, buffers in (baseline[:2], candidate[:2]):
-            server = stack.enter_context(RpcServer(buffers=buffers, transport=transport))
-            clients.append(stack.enter_context(RpcClient(server.address, buffers=buffers, transport=transport,
-                                                         timeout=timeout)))
-        payload, clock = bytes(size), time.perf_counter_ns
+        for config in (baseline, candidate):
+            transport, buffers, _, impl = config_parts(config)
+            server = stack.enter_context(make_server(impl, buffers=buffers, transport=transport))
+            client = stack.enter_context(make_client(server.address, impl=impl, buffers=buffers,
+                                                     transport=transport, timeout=timeout))
+            timed.append(_timed_echo(client, impl, payload, clock))
         for _ in range(warmup):
-            for c in clients:
-                c.echo(payload)
+            for one in timed:
+                one()
         base: list[float] = []
         cand: list[float] = []
 
@@ -220,11 +249,7 @@ def interleaved_echo(baseline: tuple, candidate: tuple, size: int, *, rounds: in
                 times: tuple[list[float], list[float]] = ([], [])
                 for forward in abba(calls, r):
                     for i in ((0, 1) if forward else (1, 0)):
-                        t0 = clock()
-                        reply = clients[i].echo(payload)
-                        times[i].append((clock() - t0) / 1000.0)
-                        if len(reply) != size:
-                            raise HpcnetError(f"echo of {size} B returned {len(reply)} B")
+                        times[i].append(timed[i]())
                 base.append(statistics.median(times[0]))
                 cand.append(statistics.median(times[1]))
             return list(base), list(cand)
@@ -234,6 +259,25 @@ def interleaved_echo(baseline: tuple, candidate: tuple, size: int, *, rounds: in
         # the connections close with this function; more rounds open new ones (a fresh warm-up)
         paired.more = lambda n: _reopened(baseline, candidate, size, calls, warmup, timeout, base, cand, n)
         return paired
+
+
+def _timed_echo(client, impl: str, payload: bytes, clock):
+    """A function making one echo call on ``client`` and returning its round trip in µs."""
+    size = len(payload)
+    if impl == "native":
+        def one() -> float:
+            (rtt,) = client.echo_samples(size, 1)   # timed in the core; it checks the reply's length
+            return rtt
+        return one
+
+    def one() -> float:
+        t0 = clock()
+        reply = client.echo(payload)
+        rtt = (clock() - t0) / 1000.0
+        if len(reply) != size:
+            raise HpcnetError(f"echo of {size} B returned {len(reply)} B")
+        return rtt
+    return one
 
 
 def _reopened(baseline, candidate, size, calls, warmup, timeout, base, cand, n):
@@ -252,9 +296,10 @@ def peak_per_round(measurements: Iterable[Measurement], config: str) -> list[flo
 
 
 def _connect(spec: str, timeout: float = 30.0):
-    from ..reference.rpc import RpcClient
-    transport, buffers, host, port = spec.split(":")
-    return RpcClient((host, int(port)), transport=transport, buffers=buffers, timeout=timeout)
+    from ..reference.rpc import make_client
+    transport, buffers, impl, host, port = spec.split(":", 4)
+    return make_client((host.strip("[]"), int(port)), impl=impl, transport=transport, buffers=buffers,
+                       timeout=timeout)
 
 
 def _sweep(specs: list[str], sizes: list[int], rounds: int, iterations: int, warmup: int) -> dict:
@@ -274,6 +319,9 @@ def _sweep(specs: list[str], sizes: list[int], rounds: int, iterations: int, war
                 samples = {spec: [] for spec in clients}
                 for forward in abba(n, r):
                     for spec, c in (order if forward else order[::-1]):
+                        if getattr(c, "impl", "python") == "native":   # timed inside the core
+                            samples[spec].append(c.echo_samples(size, 1)[0])
+                            continue
                         t0 = clock()
                         reply = c.echo(payload)
                         samples[spec].append((clock() - t0) / 1000.0)
@@ -363,6 +411,9 @@ def _load(specs: list[str], index: int, counts: list[int], rounds: int, seconds:
                     c = clients[spec]
                     while time.time() < begin:
                         time.sleep(min(0.001, max(0.0, begin - time.time())))
+                    if getattr(c, "impl", "python") == "native":   # the loop runs in the core
+                        done[_phase_key(r, n, spec)] = c.echo_for(size, end - time.time())
+                        continue
                     calls = 0
                     while True:
                         c.echo(payload)
@@ -383,7 +434,7 @@ def _serve(args) -> int:
     import struct
     import threading
 
-    from ..reference.rpc import RpcServer, wire
+    from ..reference.rpc import make_server, wire
 
     def sleep_echo(request):
         (ms,) = struct.unpack(">H", request.payload[:2].rjust(2, b"\0"))
@@ -397,13 +448,14 @@ def _serve(args) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     options = {"max_data_length": args.max_data_length} if args.max_data_length else {}
-    server = RpcServer(transport=args.transport, host=args.host, port=args.port, buffers=args.buffers,
-                       handlers=args.handlers, dispatch=args.dispatch, **options)
+    server = make_server(args.impl, transport=args.transport, host=args.host, port=args.port,
+                         buffers=args.buffers, handlers=args.handlers, dispatch=args.dispatch, **options)
     server.register("sleepEcho", wire.EchoRequestProto, sleep_echo)
     server.register("fail", wire.EchoRequestProto, fail)
     server.start()
     host, port = server.address
-    print(f"listening on {args.transport} {host}:{port} (buffers={args.buffers})", flush=True)
+    print(f"listening on {args.transport} {host}:{port} (buffers={args.buffers}, "
+          f"impl={getattr(server, 'impl', 'python')})", flush=True)
     try:
         while not stop.wait(0.5):
             pass
@@ -423,6 +475,7 @@ def main(argv=None) -> int:
     s.add_argument("--handlers", type=int, default=8)
     s.add_argument("--dispatch", default="auto")
     s.add_argument("--max-data-length", type=int, default=None)
+    s.add_argument("--impl", choices=["native", "python", "auto"], default="python")
     w = sub.add_parser("sweep")
     w.add_argument("--servers", required=True)
     w.add_argument("--sizes", required=True)

@@ -41,6 +41,24 @@ def serve(host: str, port: int) -> None:
                 _echo(conn)
 
 
+def serve_native(host: str, port: int) -> None:
+    """The same echo server from the native core (``impl=native``): no interpreter on the server side
+    of a ping-pong; runs until killed."""
+    import signal
+    import threading
+
+    from ..reference import native
+    native.require("--impl")
+    server = native.core.FloorServer(host, port)
+    print(f"listening {host} {server.address[1]}", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(0.5):
+        pass
+    server.stop()
+
+
 def _echo(conn: socket.socket) -> None:
     header = bytearray(4)
     buf = bytearray(65536)
@@ -82,20 +100,25 @@ def pingpong(host: str, port: int, sizes, iterations: int, warmup: int) -> dict[
 
 
 def run(launchers: Launchers, server, client, *, sizes=DEFAULT_SIZES, iterations: int = 1000,
-        warmup: int = 100, network: str = "eth", timeout: float = 300) -> list[Measurement]:
-    """Start the echo server on ``server``, the timing client on ``client``; return one Measurement per size."""
+        warmup: int = 100, network: str = "eth", timeout: float = 300, impl: str = "python") -> list[Measurement]:
+    """Start the echo server on ``server``, the timing client on ``client``; return one Measurement per size.
+    ``impl="native"``: both ends from the native core (config ``tcp/<network>,impl=native``), the floor
+    the native RPC is read against."""
     host = server.address(network)
-    srv = launchers.start(server, [sys.executable, "-m", __name__, "serve", "--host", host, "--port", "0"])
+    srv = launchers.start(server, [sys.executable, "-m", __name__, "serve", "--host", host, "--port", "0",
+                                   "--impl", impl])
     try:
         port = int(wait_for_line(srv, r"^listening \S+ (\d+)$").group(1))
         cli = launchers.start(client, [sys.executable, "-m", __name__, "ping", "--host", host,
                                        "--port", str(port), "--sizes", ",".join(map(str, sizes)),
-                                       "--iterations", str(iterations), "--warmup", str(warmup)])
+                                       "--iterations", str(iterations), "--warmup", str(warmup),
+                                       "--impl", impl])
         out, _ = finish(cli, timeout)
     finally:
         srv.kill()
     results = json.loads(out)
-    return [measurement(METRIC, samples, unit="us", direction="lower", config=f"tcp/{network}",
+    config = f"tcp/{network}" if impl == "python" else f"tcp/{network},impl=native"
+    return [measurement(METRIC, samples, unit="us", direction="lower", config=config,
                         nodes=(client.name, server.name),
                         params={"size": int(size), "round_trip": True})
             for size, samples in results.items()]
@@ -107,18 +130,27 @@ def main(argv=None) -> int:
     s = sub.add_parser("serve")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=0)
+    s.add_argument("--impl", choices=["python", "native"], default="python")
     p = sub.add_parser("ping")
     p.add_argument("--host", required=True)
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)))
     p.add_argument("--iterations", type=int, default=1000)
     p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--impl", choices=["python", "native"], default="python")
     args = parser.parse_args(argv)
     if args.cmd == "serve":
-        serve(args.host, args.port)
+        (serve_native if args.impl == "native" else serve)(args.host, args.port)
         return 0
     sizes = [int(s) for s in args.sizes.split(",")]
-    json.dump(pingpong(args.host, args.port, sizes, args.iterations, args.warmup), sys.stdout)
+    if args.impl == "native":   # timed inside the core
+        from ..reference import native
+        native.require("--impl")
+        out = {size: native.core.pingpong(args.host, args.port, size, args.iterations, args.warmup)
+               for size in sizes}
+    else:
+        out = pingpong(args.host, args.port, sizes, args.iterations, args.warmup)
+    json.dump(out, sys.stdout)
     return 0
 
 

@@ -21,6 +21,7 @@ import pytest
 
 from pytest_hpcnet.cli import main as hpcnet_main
 from pytest_hpcnet.measure import measurement
+from pytest_hpcnet.reference import native
 from pytest_hpcnet.reference.mapreduce.teragen import teragen as ref_teragen
 from pytest_hpcnet.reference.mapreduce.terasort import terasort as ref_terasort
 from pytest_hpcnet.reference.mapreduce.teravalidate import teravalidate as ref_teravalidate
@@ -141,40 +142,56 @@ def test_dfsio_on_minidfs_vs_reference_blockstore(hadoop, hadoop_runtime, launch
                     config="reference,blockstore,transport=tcp", params={**params, "replication": replication}))
 
 
-def test_our_rpc_client_calls_hadoop_rpc_benchmark_server(hadoop_runtime, measure):
+# our side of the two cross tests: the Python implementation and the native core (impl=native)
+IMPLS = ["python", pytest.param("native", marks=pytest.mark.skipif(not native.AVAILABLE,
+                                                                   reason=native.WHY_NOT or "-"))]
+
+
+def _ours(impl: str) -> str:
+    return "ours" if impl == "python" else "ours,impl=native"
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_our_rpc_client_calls_hadoop_rpc_benchmark_server(hadoop_runtime, measure, impl):
     with jobs.rpc_benchmark_server(hadoop_runtime, port=free_port(), threads=RPC_CLIENTS) as address:
-        with bench_client(address) as client:
+        with bench_client(address, impl) as client:
             assert client.echo(b"x" * RPC_MSG) == b"x" * RPC_MSG
             assert client.echo("héllo".encode()) == "héllo".encode()
-        rate = calls_per_second(address, clients=RPC_CLIENTS, seconds=RPC_SECONDS, msg_size=RPC_MSG)
+        rate = calls_per_second(address, clients=RPC_CLIENTS, seconds=RPC_SECONDS, msg_size=RPC_MSG, impl=impl)
     assert rate > 0
     measure.record(measurement("rpc.echo.calls_per_second", [rate], unit="calls/s", direction="higher",
-                               config="client=ours,server=hadoop", params=_rpc_params()))
+                               config=f"client={_ours(impl)},server=hadoop", params=_rpc_params()))
 
 
-def test_hadoop_rpc_benchmark_client_drives_our_server(hadoop_runtime, measure):
-    with bench_server(handlers=RPC_CLIENTS) as server:
+@pytest.mark.parametrize("impl", IMPLS)
+def test_hadoop_rpc_benchmark_client_drives_our_server(hadoop_runtime, measure, impl):
+    with bench_server(handlers=RPC_CLIENTS, impl=impl) as server:
         result = jobs.rpc_benchmark(hadoop_runtime, clients=RPC_CLIENTS, seconds=RPC_SECONDS, msg_size=RPC_MSG,
                                     port=server.address[1])
         assert server.counters["calls"] > 0 and server.counters["errors"] == 0
     assert result.details["calls_per_second"] > 0
     measure.record(measurement("rpc.echo.calls_per_second", [result.details["calls_per_second"]],
-                               unit="calls/s", direction="higher", config="client=hadoop,server=ours",
+                               unit="calls/s", direction="higher", config=f"client=hadoop,server={_ours(impl)}",
                                params=_rpc_params()))
 
 
 def test_rpc_calls_per_second_hadoop_vs_ours(hadoop_runtime, measure):
-    """Each stack against itself, same client count and message size (information, not a gate)."""
+    """Each stack against itself, same client count and message size (information, not a gate); ours
+    in both implementations."""
     java = jobs.rpc_benchmark(hadoop_runtime, clients=RPC_CLIENTS, seconds=RPC_SECONDS, msg_size=RPC_MSG,
                               port=free_port(), server_threads=RPC_CLIENTS).details["calls_per_second"]
-    with bench_server(handlers=RPC_CLIENTS) as server:
-        ours = calls_per_second(server.address, clients=RPC_CLIENTS, seconds=RPC_SECONDS, msg_size=RPC_MSG)
-    assert java > 0 and ours > 0
+    ours = {}
+    for impl in ["python"] + (["native"] if native.AVAILABLE else []):
+        with bench_server(handlers=RPC_CLIENTS, impl=impl) as server:
+            ours[impl] = calls_per_second(server.address, clients=RPC_CLIENTS, seconds=RPC_SECONDS,
+                                          msg_size=RPC_MSG, impl=impl)
+    assert java > 0 and all(v > 0 for v in ours.values())
     measure.record(
         measurement("rpc.echo.calls_per_second", [java], unit="calls/s", direction="higher",
                     config="client=hadoop,server=hadoop", params=_rpc_params()),
-        measurement("rpc.echo.calls_per_second", [ours], unit="calls/s", direction="higher",
-                    config="client=ours,server=ours", params=_rpc_params()))
+        *(measurement("rpc.echo.calls_per_second", [v], unit="calls/s", direction="higher",
+                      config=f"client={_ours(impl)},server={_ours(impl)}", params=_rpc_params())
+          for impl, v in ours.items()))
 
 
 def _rpc_params():

@@ -140,6 +140,6 @@ def test_teardown_leaves_nothing(qjump_run):
     qjump_run.close()
     qjump_run.close()  # idempotent
     assert not qjump_run.namespaces & set(netns.namespaces())
-    leftovers = _root_links() - qjump_run.links_before
+    leftovers = _root_links() - qjump_run.links_before   # another run's links are not counted
     assert not leftovers, f"interfaces left in the root namespace: {sorted(leftovers)}"
     assert _root_qdiscs() == qjump_run.qdiscs_before

@@ -32,11 +32,17 @@ def skip_unless_same_host(nodes) -> None:
 
 
 class _Starter:
-    def __init__(self, launchers, node):
+    """Starts servers of implementation ``impls[0]``; each ``Served`` gets ``client_impl = impls[1]``,
+    the implementation the tests' clients of it use."""
+
+    def __init__(self, launchers, node, impls: tuple[str, str] = ("python", "python")):
         self.launchers, self.node, self.started = launchers, node, []
+        self.impls = impls
 
     def __call__(self, transport: str, buffers: str = "pooled", **options) -> wr.Served:
+        options.setdefault("impl", self.impls[0])
         s = wr.start_server(self.launchers, self.node, transport=transport, buffers=buffers, **options)
+        s.client_impl = self.impls[1]
         self.started.append(s)
         return s
 

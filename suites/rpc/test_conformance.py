@@ -2,6 +2,10 @@
 responses, handler errors, timeouts, the data length limit, a server that dies, malformed input and
 many connections -- over tcp, shm and (where there is an RDMA device) verbs. The test process is the client (it needs to see exceptions and bytes).
 
+Over tcp and shm every test runs four ways (``impls``): the Python server and client, the native server
+and client (``impl=native``, the compiled core), and across them (native client <-> Python server, and
+the reverse). The native ones skip, with the reason, where the native core is not built.
+
 The hand-built golden packets (design §8) are checked byte for byte in tests/reference/test_rpc_wire.py;
 here framing is checked on whatever server the suite is pointed at.
 """
@@ -15,18 +19,70 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from pytest_hpcnet.reference.rpc import RpcClient, RpcConnectionLost, RpcRemoteError, RpcTimeout, wire
+from pytest_hpcnet.reference import native
+from pytest_hpcnet.reference.rpc import (RpcClient, RpcConnectionLost, RpcRemoteError, RpcTimeout, make_client,
+                                         wire)
 from pytest_hpcnet.reference.transport import TransportClosed, TransportError, get_transport
 from pytest_hpcnet.timeouts import scaled
+
+from .conftest import _Starter, skip_unless_same_host
 
 E = wire.RpcResponseHeaderProto
 CLIENT_ID = bytes(range(16))
 WAIT = scaled(10)   # for an answer that comes at once on a real machine (the emulated guest scales it)
 
 
+# (server impl, client impl) per parameter
+IMPLS = {"python": ("python", "python"), "native": ("native", "native"),
+         "python-server+native-client": ("python", "native"),
+         "native-server+python-client": ("native", "python")}
+
+
+# (transport, IMPLS key): impl=native speaks tcp and shm
+PATHS = ([pytest.param((t, k), id=f"{t}-{k}") for t in ("tcp", "shm") for k in IMPLS]
+         + [pytest.param(("verbs", "python"), id="verbs", marks=[pytest.mark.rdma, pytest.mark.pyverbs])])
+
+
+@pytest.fixture(scope="module", params=PATHS)
+def path(request, nodes):
+    transport, key = request.param
+    if transport == "shm":
+        skip_unless_same_host(nodes)
+    pair = IMPLS[key]
+    if "native" in pair and not native.AVAILABLE:
+        pytest.skip(native.WHY_NOT)
+    return transport, pair
+
+
+@pytest.fixture(scope="module")
+def transport(path):
+    return path[0]
+
+
+@pytest.fixture(scope="module")
+def impls(path):
+    return path[1]
+
+
+@pytest.fixture(scope="module")
+def server(nodes, launchers, transport, impls):
+    """An echo server (echo, ping, sleepEcho, fail) over ``transport`` of the ``impls`` server side."""
+    starter = _Starter(launchers, nodes[0], impls)
+    yield starter(transport)
+    starter.stop()
+
+
+@pytest.fixture
+def serve(nodes, launchers, impls):
+    starter = _Starter(launchers, nodes[0], impls)
+    yield starter
+    starter.stop()
+
+
 def client(server, **kw) -> RpcClient:
-    return RpcClient(server.address, transport=server.transport, buffers=server.buffers,
-                     timeout=kw.pop("timeout", scaled(20)), **kw)
+    return make_client(server.address, impl=getattr(server, "client_impl", "python"),
+                       transport=server.transport, buffers=server.buffers, timeout=kw.pop("timeout", scaled(20)),
+                       **kw)
 
 
 def sleep_echo(c: RpcClient, ms: int, tag: bytes, timeout=None) -> bytes:

@@ -2,8 +2,11 @@
 processes, per transport (tcp, shm) and buffer design (pooled, naive), plus in-process call timing
 through pytest-benchmark. The raw socket floor is recorded by test_socket_floor.py in the same run.
 
-Local claims (suites/rpc/claims.toml) are evaluated from the sweep's per-round medians (paired by
-round: every configuration ran in every round, interleaved) and from buffer counters.
+Local claims (suites/rpc/claims.toml) are evaluated from buffer counters and from echo round trips of
+two configurations taking turns call by call in this process (``test_interleaved_echo_cost``): the
+Python designs' regression gates, and the native core's design effects (native faster than Python,
+shm faster than tcp, pooled faster than naive at 64 KiB). The cross-process sweep is recorded for
+information.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_hpcnet.measure import measurement
+from pytest_hpcnet.reference import native
 from pytest_hpcnet.reference.rpc import RpcClient, RpcServer
 from pytest_hpcnet.workloads import rpc as wr
 
@@ -19,6 +23,10 @@ from .conftest import skip_unless_same_host
 TCP_POOLED = ("tcp", "pooled")
 TCP_NAIVE = ("tcp", "naive")
 SHM_POOLED = ("shm", "pooled")
+NATIVE_TCP = ("tcp", "pooled", "eth", "native")
+NATIVE_TCP_NAIVE = ("tcp", "naive", "eth", "native")
+NATIVE_SHM = ("shm", "pooled", "eth", "native")
+PYTHON_TCP = ("tcp", "pooled", "eth", "python")
 SWEEP = {"iterations": 20, "warmup": 20}
 
 
@@ -37,14 +45,6 @@ def sweep(nodes, launchers, hpcnet, configs):
     return wr.latency_sweep(launchers, server, client, configs=configs, rounds=hpcnet.rounds, **SWEEP)
 
 
-@pytest.fixture
-def paired_latency(sweep, nodes, launchers):
-    """Per-round p50s of two configurations from the sweep; more rounds of just those when asked."""
-    server, client = nodes
-    return lambda base, cand, size: wr.paired_latency(sweep, launchers, server, client, base, cand, size,
-                                                      **SWEEP)
-
-
 def test_latency_sweep(sweep, measure, configs):
     measure.record(*sweep)
     assert {(m.config, m.params["size"]) for m in sweep} == \
@@ -55,33 +55,30 @@ def test_latency_sweep(sweep, measure, configs):
         assert 0 < s["min"] <= s["median"] <= s["p99"] <= s["p99_9"] <= s["max"]
 
 
-def test_shm_latency_vs_tcp(paired_latency, nodes, claim):
-    skip_unless_same_host(nodes)
-    claim("rpc.local.shm_vs_tcp.latency", paired_latency(TCP_POOLED, SHM_POOLED, 64))
-
-
-@pytest.mark.parametrize("size", [64, 65536])
-def test_pooled_latency_vs_naive(paired_latency, size, claim):
-    claim(f"rpc.local.pooled_vs_naive.latency_{size}", paired_latency(TCP_NAIVE, TCP_POOLED, size))
-
-
 INTERLEAVED = [  # (claim, baseline, candidate, payload size)
     ("rpc.local.interleaved.pooled_vs_naive_64", TCP_NAIVE, TCP_POOLED, 64),
     ("rpc.local.interleaved.pooled_vs_naive_65536", TCP_NAIVE, TCP_POOLED, 65536),
     ("rpc.local.interleaved.shm_vs_tcp_64", TCP_POOLED, SHM_POOLED, 64),
+    # the native core's design effects (impl=native; skipped, saying why, where the core is not built)
+    ("rpc.local.interleaved.native_vs_python_64", PYTHON_TCP, NATIVE_TCP, 64),
+    ("rpc.local.interleaved.native.shm_vs_tcp_64", NATIVE_TCP, NATIVE_SHM, 64),
+    ("rpc.local.interleaved.native.pooled_vs_naive_65536", NATIVE_TCP_NAIVE, NATIVE_TCP, 65536),
 ]
 
 
 @pytest.mark.parametrize("claim_id,baseline,candidate,size", INTERLEAVED, ids=[c[0] for c in INTERLEAVED])
 def test_interleaved_echo_cost(claim_id, baseline, candidate, size, hpcnet, measure, claim):
     """The designs' cost side by side in one process, call by call (see ``wr.interleaved_echo``)."""
+    if "native" in (wr.config_parts(baseline)[3], wr.config_parts(candidate)[3]) and not native.AVAILABLE:
+        claim(claim_id, None, unavailable=native.WHY_NOT)   # n/a, saying why (it skips the test)
     paired = wr.interleaved_echo(baseline, candidate, size, rounds=hpcnet.rounds)
     try:
         claim(claim_id, paired)
     finally:
         measure.record(*(measurement(wr.INTERLEAVED_METRIC, samples, unit="us", direction="lower", config=name,
                                      nodes=("test-process",),
-                                     params={"size": size, "round_trip": True, "per_round": "median of 20"})
+                                     params={"size": size, "round_trip": True, "per_round": "median of 20",
+                                             "timer": "core" if "impl=native" in name else "python"})
                          for name, samples in ((paired.baseline_name, paired.baseline),
                                                (paired.candidate_name, paired.candidate))))
 

@@ -388,9 +388,10 @@ def _close_all(socks) -> None:
 
 @pytest.fixture(scope="module")
 def rpc_server(tmp_path_factory):
-    """``hpcnet rpc serve`` in its own process (its RSS and threads are measured)."""
+    """``hpcnet rpc serve --impl python`` in its own process (its RSS and threads are measured; the
+    native server's are tests/reference/test_rpc_native.py's)."""
     proc = subprocess.Popen([sys.executable, "-m", "pytest_hpcnet.cli", "rpc", "serve", "--handshake-timeout",
-                             str(HANDSHAKE_S), "--idle-timeout", str(IDLE_S)],
+                             str(HANDSHAKE_S), "--idle-timeout", str(IDLE_S), "--impl", "python"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         line = proc.stdout.readline()

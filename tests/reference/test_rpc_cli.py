@@ -71,3 +71,96 @@ def test_serve_on_a_taken_port_fails_with_one_line():
             _stop(proc)
     assert proc.returncode == 2
     assert "cannot listen" in err and len(err.strip().splitlines()) == 1
+
+
+def test_serve_and_ping_default_to_the_native_core_where_it_is_built(capsys):
+    from pytest_hpcnet.reference import native
+    expected = "native" if native.AVAILABLE else "python"
+    proc = _serve("--handlers", "1")
+    try:
+        line = proc.stdout.readline()
+        assert line.rstrip().endswith(f"impl={expected})"), line
+        address = line.split()[3]
+        assert main(["rpc", "ping", address, "--count", "20", "--warmup", "2"]) == 0
+        assert f"impl={expected}" in capsys.readouterr().out
+        assert main(["rpc", "ping", address, "--count", "20", "--warmup", "2", "--impl", "python"]) == 0
+        assert "impl=python" in capsys.readouterr().out
+    finally:
+        assert _stop(proc) == 0
+
+
+def test_serve_falls_back_to_python_with_the_reason_where_the_native_core_is_absent(capsys):
+    """As on a box without cargo (or the Soft-RoCE guest, which does not build the core): ``serve`` and
+    ``ping`` run the Python implementation and say why on stderr, one line each."""
+    hide = "import sys; sys.modules['pytest_hpcnet_native'] = None; from pytest_hpcnet.reference.rpc.cli import main; "
+    proc = subprocess.Popen([sys.executable, "-c", hide + "sys.exit(main(['serve', '--handlers', '1']))"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.rstrip().endswith("impl=python)"), line
+        address = line.split()[3]
+        ping = subprocess.run([sys.executable, "-c", hide + f"sys.exit(main(['ping', '{address}', '--count', '5']))"],
+                              capture_output=True, text=True, timeout=60)
+        assert ping.returncode == 0 and "impl=python" in ping.stdout, ping.stderr
+        assert "hpcnet rpc ping: impl=python: the native core (pytest_hpcnet_native) is not installed" in ping.stderr
+    finally:
+        assert _stop(proc) == 0
+    err = proc.stderr.read()
+    assert "hpcnet rpc serve: impl=python: the native core (pytest_hpcnet_native) is not installed" in err
+    assert "Traceback" not in err
+
+
+VERBS_LISTED = ("import sys; from pytest_hpcnet.reference import transport; "
+                "transport.TRANSPORTS.setdefault('verbs', transport._verbs_transport); "   # as where pyverbs is
+                "from pytest_hpcnet.reference.rpc.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+@pytest.mark.parametrize("hidden", [False, True], ids=["core-built", "core-absent-as-in-the-guest"])
+def test_serve_over_verbs_is_python_by_default_and_native_is_refused_in_one_line(hidden):
+    """verbs is the Python implementation's alone (the Soft-RoCE guest has it and no native core): the
+    default falls back with the reason, then serves (or, with no RDMA device here, fails in one line,
+    exit 2); ``--impl native`` is refused in words. Never a traceback."""
+    from pytest_hpcnet.reference import native
+    code = VERBS_LISTED.replace("import sys;", "import sys; sys.modules['pytest_hpcnet_native'] = None;") \
+        if hidden else VERBS_LISTED
+    proc = subprocess.Popen([sys.executable, "-c", code, "serve", "--transport", "verbs", "--handlers", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        line = proc.stdout.readline()
+    finally:
+        status = _stop(proc)
+    err = proc.stderr.read()
+    assert "Traceback" not in err
+    why = ("the native core (pytest_hpcnet_native) is not installed" if hidden or not native.AVAILABLE
+           else "the native core speaks tcp and shm, not verbs")
+    assert f"hpcnet rpc serve: impl=python: {why}" in err, err
+    if line:   # an RDMA device is here: it served
+        assert line.rstrip().endswith("impl=python)") and status == 0, line
+    else:      # none: one more line saying so, exit 2
+        assert status == 2 and len(err.strip().splitlines()) == 2, err
+    refused = subprocess.run([sys.executable, "-c", code, "serve", "--transport", "verbs", "--impl", "native"],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert ("not installed" if hidden or not native.AVAILABLE else "speaks tcp and shm, not 'verbs'") \
+        in refused.stderr
+
+
+def test_the_rpc_server_keeps_hadoops_simple_auth_under_a_run_secret(monkeypatch):
+    """The Hadoop-IPC server is the one service without the run's challenge-response (issue 15): Hadoop's
+    own clients cannot answer it. With ``HPCNET_RUN_SECRET`` set, the default server (native where built)
+    serves a plain Hadoop-IPC client exactly as the Python server does, and listens on loopback."""
+    from pytest_hpcnet.reference import auth
+    from pytest_hpcnet.reference.rpc import RpcClient
+    monkeypatch.setenv(auth.ENV, "a-run-secret")
+    for impl in (["--impl", "python"], []):
+        proc = _serve("--handlers", "1", *impl)
+        try:
+            line = proc.stdout.readline()
+            address = line.split()[3]
+            assert address.startswith("127.0.0.1:"), line
+            host, port = address.rsplit(":", 1)
+            with RpcClient((host, int(port)), timeout=10) as c:   # preamble + context, no HMAC exchange
+                assert c.echo(b"simple") == b"simple"
+        finally:
+            assert _stop(proc) == 0

@@ -1,6 +1,7 @@
 """Seeded fuzzing: >= 10,000 malformed connections and frames at a server process while a good client
 keeps calling. The server must not crash, must answer every good call, and its memory must stay
-bounded (VmRSS from /proc, measured after a warm-up and at the end)."""
+bounded (VmRSS from /proc, measured after a warm-up and at the end). Both implementations: the Python
+server and the native core's (skipped, with the reason, where it is not built)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import time
 
 import pytest
 
+from pytest_hpcnet.reference import native
 from pytest_hpcnet.reference.rpc import RpcClient
 from pytest_hpcnet.reference.rpc import wire
 
@@ -32,11 +34,13 @@ def _rss_kib(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-@pytest.fixture
-def server_process():
+@pytest.fixture(params=["python", "native"])
+def server_process(request):
+    if request.param == "native" and not native.AVAILABLE:
+        pytest.skip(native.WHY_NOT)
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0", "--handlers", "4",
-         "--max-data-length", str(MAX_DATA_LENGTH)],
+         "--max-data-length", str(MAX_DATA_LENGTH), "--impl", request.param],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         line = proc.stdout.readline()

@@ -19,7 +19,10 @@ def add_commands(subparsers) -> None:
     rpc = subparsers.add_parser("rpc", help="reference Hadoop-IPC-compatible RPC server and client")
     sub = rpc.add_subparsers(dest="rpc_command", required=True, metavar="ACTION")
 
+    impl_help = ("native: the compiled core (tcp, shm; the default where it is built); python: the "
+                 "readable reference (every transport)")
     serve = sub.add_parser("serve", help="run an RPC server (echo + ping) until SIGINT/SIGTERM")
+    serve.add_argument("--impl", choices=["native", "python"], default=None, help=impl_help)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=_port, default=0, help="0 picks a free port (default)")
     serve.add_argument("--transport", choices=sorted(TRANSPORTS), default="tcp")
@@ -42,6 +45,7 @@ def add_commands(subparsers) -> None:
     serve.set_defaults(func=serve_command)
 
     ping = sub.add_parser("ping", help="call echo COUNT times and print round-trip latency statistics")
+    ping.add_argument("--impl", choices=["native", "python"], default=None, help=impl_help)
     ping.add_argument("address", metavar="HOST:PORT")
     ping.add_argument("--size", type=int, default=64, help="payload bytes (default 64)")
     ping.add_argument("--count", type=int, default=1000)
@@ -65,28 +69,48 @@ def parse_address(text: str, where: str = "HOST:PORT") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _impl(args: argparse.Namespace, command: str) -> str:
+    """``--impl``, else native where it is built and can serve the transport, else python -- and then
+    one line on stderr says why (the native core is not built here, or it does not speak the transport:
+    verbs, e.g. in the Soft-RoCE guest, which does not build it). ``--impl native`` where it cannot run
+    is refused in words (``ConfigError``)."""
+    from .. import native
+    from .native import NATIVE_TRANSPORTS
+    if args.impl is not None:
+        return native.resolve_impl(args.impl, where="--impl")
+    why = native.WHY_NOT if not native.AVAILABLE else (
+        "" if args.transport in NATIVE_TRANSPORTS else
+        f"the native core speaks {' and '.join(NATIVE_TRANSPORTS)}, not {args.transport}")
+    if why:
+        print(f"hpcnet rpc {command}: impl=python: {why}", file=sys.stderr, flush=True)
+        return "python"
+    return "native"
+
+
 def serve_command(args: argparse.Namespace) -> int:
     start_watchdog()   # exits when the controller that started it is gone (see cluster.reaper)
-    from .server import IDLE_THRESHOLD, IDLE_TIMEOUT, MAX_CONNECTIONS, RpcServer
+    from . import make_server
+    from .server import IDLE_THRESHOLD, IDLE_TIMEOUT, MAX_CONNECTIONS
     from .wire import MAX_DATA_LENGTH
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        server = RpcServer(transport=args.transport, host=args.host, port=args.port,
-                           buffers=args.buffers, handlers=args.handlers, dispatch=args.dispatch,
-                           max_data_length=args.max_data_length or MAX_DATA_LENGTH,
-                           max_connections=args.max_connections or MAX_CONNECTIONS,
-                           handshake_timeout=args.handshake_timeout,
-                           idle_timeout=args.idle_timeout or IDLE_TIMEOUT,
-                           idle_threshold=IDLE_THRESHOLD if args.idle_threshold is None
-                           else args.idle_threshold).start()
+        impl = _impl(args, "serve")
+        server = make_server(impl, transport=args.transport, host=args.host, port=args.port,
+                             buffers=args.buffers, handlers=args.handlers, dispatch=args.dispatch,
+                             max_data_length=args.max_data_length or MAX_DATA_LENGTH,
+                             max_connections=args.max_connections or MAX_CONNECTIONS,
+                             handshake_timeout=args.handshake_timeout,
+                             idle_timeout=args.idle_timeout or IDLE_TIMEOUT,
+                             idle_threshold=IDLE_THRESHOLD if args.idle_threshold is None
+                             else args.idle_threshold).start()
     except TransportError as e:
         raise ConfigError(str(e), where="--host/--port") from None
     host, port = server.address
     print(f"listening on {args.transport} {host}:{port} (buffers={args.buffers}, handlers={args.handlers}, "
-          f"dispatch={args.dispatch})",
+          f"dispatch={args.dispatch}, impl={impl})",
           flush=True)
     try:
         while not stop.wait(0.5):
@@ -98,7 +122,7 @@ def serve_command(args: argparse.Namespace) -> int:
 
 def ping_command(args: argparse.Namespace) -> int:
     from ...measure import summarize   # imported here: it pulls in scipy, which `serve` does not need
-    from .client import RpcClient
+    from . import make_client
 
     from .wire import MAX_DATA_LENGTH
 
@@ -113,13 +137,16 @@ def ping_command(args: argparse.Namespace) -> int:
     if not args.timeout > 0:
         raise ConfigError(f"seconds must be above 0, got {args.timeout:g}", where="--timeout")
     payload = bytes(args.size)
+    impl = _impl(args, "ping")
     try:
-        with RpcClient(address, transport=args.transport, buffers=args.buffers,
-                       timeout=args.timeout, connect_timeout=args.timeout) as client:
-            for _ in range(args.warmup):
-                client.echo(payload)
+        with make_client(address, impl=impl, transport=args.transport, buffers=args.buffers,
+                         timeout=args.timeout, connect_timeout=args.timeout) as client:
             samples = []
-            for _ in range(args.count):
+            if impl == "native":   # timed inside the core: no interpreter in a timed call
+                samples = client.echo_samples(args.size, args.count, args.warmup)
+            for _ in range(args.warmup if impl == "python" else 0):
+                client.echo(payload)
+            for _ in range(args.count if impl == "python" else 0):
                 t0 = time.perf_counter()
                 reply = client.echo(payload)
                 samples.append((time.perf_counter() - t0) * 1e6)
@@ -135,7 +162,7 @@ def ping_command(args: argparse.Namespace) -> int:
         return 1
     s = summarize(samples)
     print(f"echo {args.transport}://{address[0]}:{address[1]} size={args.size} B "
-          f"iterations={s['n']} round-trip latency (us)")
+          f"iterations={s['n']} impl={impl} round-trip latency (us)")
     labels = {"p99_9": "p99.9"}
     print("  ".join(f"{labels.get(k, k)}={s[k]:.1f}"
                     for k in ("min", "median", "mean", "stdev", "p99", "p99_9", "max")))

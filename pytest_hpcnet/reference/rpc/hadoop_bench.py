@@ -9,6 +9,8 @@ only has to answer to that protocol name, and our client only has to name it.
 ``calls_per_second`` mirrors the benchmark's client side: ``clients`` threads, each with its own
 connection (the benchmark gives each proxy its own user, hence its own connection), calling echo
 back to back for ``seconds``.
+
+``impl`` picks the implementation of our side (``python``, the default, or ``native``).
 """
 
 from __future__ import annotations
@@ -17,25 +19,29 @@ import threading
 import time
 
 from .client import RpcClient
-from .server import RpcServer
+from .server import RpcServer   # noqa: F401 -- the Python server, for callers that name it
 
 HADOOP_BENCH_PROTOCOL = "org.apache.hadoop.ipc.TestRpcBase$TestRpcService"
 
 
-def bench_server(host: str = "127.0.0.1", port: int = 0, handlers: int = 4, **kw) -> RpcServer:
-    """An (unstarted) RpcServer that Hadoop's RPCCallBenchmark client can drive."""
-    return RpcServer(host=host, port=port, handlers=handlers, protocol=HADOOP_BENCH_PROTOCOL, **kw)
+def bench_server(host: str = "127.0.0.1", port: int = 0, handlers: int = 4, impl: str = "python",
+                 **kw) -> RpcServer:
+    """An (unstarted) RPC server that Hadoop's RPCCallBenchmark client can drive."""
+    from . import make_server
+    return make_server(impl, host=host, port=port, handlers=handlers, protocol=HADOOP_BENCH_PROTOCOL, **kw)
 
 
-def bench_client(address: tuple[str, int], **kw) -> RpcClient:
+def bench_client(address: tuple[str, int], impl: str = "python", **kw) -> RpcClient:
     """A client of Hadoop's RPCCallBenchmark server (or of ``bench_server``)."""
-    return RpcClient(address, protocol=HADOOP_BENCH_PROTOCOL, **kw)
+    from . import make_client
+    return make_client(address, impl=impl, protocol=HADOOP_BENCH_PROTOCOL, **kw)
 
 
-def calls_per_second(address: tuple[str, int], *, clients: int, seconds: float, msg_size: int) -> float:
+def calls_per_second(address: tuple[str, int], *, clients: int, seconds: float, msg_size: int,
+                     impl: str = "python") -> float:
     """Echo calls completed per second by ``clients`` threads over ``seconds``; any failed call raises."""
     message = b"x" * msg_size
-    conns = [bench_client(address) for _ in range(clients)]
+    conns = [bench_client(address, impl) for _ in range(clients)]
     counts = [0] * clients
     errors: list[BaseException] = []
     stop = threading.Event()

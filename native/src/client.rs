@@ -1,0 +1,482 @@
+//! The native Hadoop IPC v9 client: one blocking tcp connection, many concurrent calls matched by
+//! call id. No receiver thread: a caller whose response has not come becomes the reader for everyone
+//! (the Python client's leader/follower scheme), so a lone caller reads its own response with no
+//! thread hand-off.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::buffers::{BufferStats, Design};
+use crate::shm::ShmEnd;
+use crate::wire::{self, Cursor, RequestHeader, ResponseHeader};
+
+const READ_SLICE: Duration = Duration::from_millis(50);
+const PROTOCOL_VERSION: u64 = 1;
+
+#[derive(Clone, Debug)]
+pub enum CallError {
+    Timeout(String),
+    Lost(String),
+    Remote { class_name: String, message: String, detail: Option<u64> },
+    Fatal { class_name: String, message: String, detail: Option<u64> },
+}
+
+type Outcome = Result<Vec<u8>, CallError>;
+
+struct State {
+    pending: HashMap<i32, Option<Outcome>>,
+    broken: Option<CallError>,
+    reading: bool,
+    waiting: usize, // callers asleep on the condvar (a notify is a syscall: only when someone waits)
+}
+
+/// The byte stream under a connection: a tcp socket, or one end of shm rings.
+enum Link {
+    Tcp(TcpStream),
+    Shm(Arc<ShmEnd>),
+}
+
+impl Link {
+    /// Reads what is there, waiting at most the read slice (then TimedOut).
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Link::Tcp(s) => s.read(buf),
+            Link::Shm(e) => match e.read(buf) {
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                    if e.wait_readable(READ_SLICE) {
+                        e.read(buf)
+                    } else {
+                        Err(io::ErrorKind::TimedOut.into())
+                    }
+                }
+                other => other,
+            },
+        }
+    }
+
+    fn write_all(&mut self, mut buf: &[u8], timeout: Duration) -> io::Result<()> {
+        match self {
+            Link::Tcp(s) => s.write_all(buf),
+            Link::Shm(e) => {
+                let deadline = Instant::now() + timeout;
+                while !buf.is_empty() {
+                    match e.write(buf) {
+                        Ok(n) => buf = &buf[n..],
+                        Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                            let now = Instant::now();
+                            if now >= deadline || !e.wait_writable(deadline - now) {
+                                return Err(io::Error::new(io::ErrorKind::TimedOut,
+                                                          "the peer did not drain the ring"));
+                            }
+                        }
+                        Err(err) => return Err(err),
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn shutdown(&self) {
+        match self {
+            Link::Tcp(s) => {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+            Link::Shm(e) => e.close(),
+        }
+    }
+}
+
+struct FrameReader {
+    stream: Link,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    grew: bool,
+}
+
+impl FrameReader {
+    /// One whole packet (without its length), or None when the read slice passed without one.
+    fn frame(&mut self, max: usize, stats: &BufferStats) -> Result<Option<(usize, usize)>, CallError> {
+        loop {
+            let avail = self.end - self.start;
+            if avail >= 4 {
+                let b = &self.buf[self.start..self.start + 4];
+                let len = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
+                if len > max {
+                    return Err(CallError::Lost(format!(
+                        "response of {len} bytes exceeds ipc.maximum.data.length {max}")));
+                }
+                if avail >= 4 + len {
+                    let s = self.start + 4;
+                    self.start += 4 + len;
+                    return Ok(Some((s, s + len)));
+                }
+                if self.buf.len() < self.start + 4 + len {
+                    if self.start > 0 {
+                        stats.copy(self.end - self.start);
+                        self.buf.copy_within(self.start..self.end, 0);
+                        self.end -= self.start;
+                        self.start = 0;
+                    }
+                    if self.buf.len() < 4 + len {
+                        let grown = (self.buf.len() * 2).min(4 + len).max(self.end + 1);
+                        self.buf.resize(grown, 0);
+                        stats.alloc();
+                        self.grew = true;
+                    }
+                }
+            } else if self.start == self.end {
+                self.start = 0;
+                self.end = 0;
+            } else if self.buf.len() - self.start < 4 {
+                stats.copy(self.end - self.start);
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            match self.stream.read(&mut self.buf[self.end..]) {
+                Ok(0) => return Err(CallError::Lost("peer closed".into())),
+                Ok(n) => self.end += n,
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    return Ok(None)
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(CallError::Lost(e.to_string())),
+            }
+        }
+    }
+}
+
+pub struct Client {
+    writer: Mutex<(Link, Vec<u8>)>,
+    write_timeout: Duration,
+    reader: Mutex<FrameReader>,
+    state: Mutex<State>,
+    cv: Condvar,
+    next_id: AtomicU32,
+    client_id: Vec<u8>,
+    protocol: String,
+    peer: String,
+    max_data_length: usize,
+    method_headers: Mutex<HashMap<String, Vec<u8>>>,
+    design: Design,
+    pub stats: BufferStats,
+}
+
+impl Client {
+    /// `shm`: Some((host, port)) of an shm server (`addr` is then unused).
+    #[allow(clippy::too_many_arguments)]
+    pub fn connect(addr: SocketAddr, shm: Option<(&str, u16)>, client_id: Vec<u8>, user: &str, protocol: &str,
+                   connect_timeout: Duration, max_data_length: usize, design: Design)
+                   -> Result<Client, CallError> {
+        let peer = match shm {
+            Some((h, p)) => format!("shm {h}:{p}"),
+            None => format!("{}:{}", addr.ip(), addr.port()),
+        };
+        let lost = |e: io::Error| {
+            if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
+                CallError::Timeout(format!("connecting to {peer}: {e}"))
+            } else {
+                CallError::Lost(format!("connecting to {peer}: {e}"))
+            }
+        };
+        let (mut wlink, rlink) = match shm {
+            Some((h, p)) => {
+                let end = Arc::new(crate::shm::connect(h, p, connect_timeout).map_err(lost)?);
+                (Link::Shm(end.clone()), Link::Shm(end))
+            }
+            None => {
+                let stream = TcpStream::connect_timeout(&addr, connect_timeout).map_err(lost)?;
+                stream.set_nodelay(true).map_err(lost)?;
+                stream.set_write_timeout(Some(connect_timeout)).map_err(lost)?;
+                let rstream = stream.try_clone().map_err(lost)?;
+                rstream.set_read_timeout(Some(READ_SLICE)).map_err(lost)?;
+                (Link::Tcp(stream), Link::Tcp(rstream))
+            }
+        };
+        let mut hello = wire::PREAMBLE.to_vec();
+        let mut header = Vec::new();
+        RequestHeader::encode(&mut header, wire::CONNECTION_CONTEXT_CALL_ID, &client_id, -1);
+        let ctx = wire::encode_context(user, protocol);
+        let mut body = Vec::new();
+        wire::put_varint(&mut body, header.len() as u64);
+        body.extend_from_slice(&header);
+        wire::put_varint(&mut body, ctx.len() as u64);
+        body.extend_from_slice(&ctx);
+        hello.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        hello.extend_from_slice(&body);
+        wlink.write_all(&hello, connect_timeout).map_err(lost)?;
+        let stats = BufferStats::default();
+        stats.alloc(); // the connection's receive buffer
+        Ok(Client {
+            writer: Mutex::new((wlink, Vec::new())),
+            write_timeout: connect_timeout.max(Duration::from_secs(30)),
+            reader: Mutex::new(FrameReader { stream: rlink, buf: vec![0; 65536], start: 0, end: 0,
+                                             grew: true }),
+            state: Mutex::new(State { pending: HashMap::new(), broken: None, reading: false, waiting: 0 }),
+            cv: Condvar::new(),
+            next_id: AtomicU32::new(0),
+            client_id,
+            protocol: protocol.to_string(),
+            peer,
+            max_data_length,
+            method_headers: Mutex::new(HashMap::new()),
+            design,
+            stats,
+        })
+    }
+
+    /// Frames one call into `out`: length, then the delimited request header, method header and request.
+    fn frame_call(&self, out: &mut Vec<u8>, call_id: i32, method: &str, request: &[u8]) {
+        let mut m = self.method_headers.lock().unwrap();
+        if !m.contains_key(method) {
+            m.insert(method.to_string(), wire::encode_method_header(method, &self.protocol, PROTOCOL_VERSION));
+        }
+        let rh = &m[method];
+        let start = out.len();
+        out.extend_from_slice(&[0; 5]); // the packet length, and the request header's length (1 byte)
+        RequestHeader::encode(out, call_id, &self.client_id, -1);
+        let hlen = out.len() - start - 5;
+        if hlen < 128 {
+            out[start + 4] = hlen as u8;
+        } else {
+            // a long client id: the header's length takes more than one byte
+            let hdr = out.split_off(start + 5);
+            out.truncate(start + 4);
+            wire::put_varint(out, hlen as u64);
+            out.extend_from_slice(&hdr);
+        }
+        for part in [&rh[..], request] {
+            wire::put_varint(out, part.len() as u64);
+            out.extend_from_slice(part);
+        }
+        let n = (out.len() - start - 4) as u32;
+        out[start..start + 4].copy_from_slice(&n.to_be_bytes());
+    }
+
+    /// Calls `method` with a serialized request; returns the serialized response.
+    pub fn call(&self, method: &str, request: &[u8], timeout: Duration) -> Outcome {
+        let deadline = Instant::now() + timeout;
+        let call_id = (self.next_id.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff) as i32;
+        {
+            let mut st = self.state.lock().unwrap();
+            if let Some(b) = &st.broken {
+                return Err(b.clone());
+            }
+            st.pending.insert(call_id, None);
+        }
+        let written = {
+            let mut w = self.writer.lock().unwrap();
+            let (stream, buf) = &mut *w;
+            if self.design == Design::Pooled {
+                // zero-copy framing: encoded straight into the connection's reused send buffer
+                buf.clear();
+                self.frame_call(buf, call_id, method, request);
+                stream.write_all(buf, self.write_timeout)
+            } else {
+                // naive: the message built in fresh memory, then joined into one more buffer
+                let mut parts = Vec::new();
+                self.frame_call(&mut parts, call_id, method, request);
+                let joined = parts.to_vec();
+                self.stats.alloc();
+                self.stats.copy(joined.len());
+                stream.write_all(&joined, self.write_timeout)
+            }
+        };
+        if let Err(e) = written {
+            let err = CallError::Lost(format!("connection to {} lost: {e}", self.peer));
+            self.break_with(err.clone());
+            self.state.lock().unwrap().pending.remove(&call_id);
+            return Err(err);
+        }
+        self.wait(call_id, deadline, method, timeout)
+    }
+
+    fn wait(&self, call_id: i32, deadline: Instant, method: &str, timeout: Duration) -> Outcome {
+        let mut st = self.state.lock().unwrap();
+        loop {
+            if let Some(slot) = st.pending.get_mut(&call_id) {
+                if let Some(outcome) = slot.take() {
+                    st.pending.remove(&call_id);
+                    return outcome;
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                st.pending.remove(&call_id);
+                return Err(CallError::Timeout(format!(
+                    "{method} got no response within {} s", timeout.as_secs_f64())));
+            }
+            if st.reading {
+                st.waiting += 1;
+                st = self.cv.wait_timeout(st, deadline - now).unwrap().0;
+                st.waiting -= 1;
+                continue;
+            }
+            // become the reader until our own response is in
+            st.reading = true;
+            drop(st);
+            let result = self.read_until(call_id, deadline);
+            st = self.state.lock().unwrap();
+            st.reading = false;
+            if let Err(e) = result {
+                self.fail_all(&mut st, e);
+            }
+            if st.waiting > 0 {
+                self.cv.notify_all(); // another waiter takes over reading
+            }
+        }
+    }
+
+    /// Reads packets and hands them out until `call_id` has its outcome or the deadline passes.
+    fn read_until(&self, call_id: i32, deadline: Instant) -> Result<(), CallError> {
+        let mut reader = self.reader.lock().unwrap();
+        loop {
+            let Some((s, e)) = reader.frame(self.max_data_length, &self.stats)? else {
+                if Instant::now() >= deadline {
+                    return Ok(());
+                }
+                continue;
+            };
+            self.stats.message(self.design, std::mem::take(&mut reader.grew));
+            let (id, outcome) = if self.design == Design::Pooled {
+                self.decode(&reader.buf[s..e])? // in place
+            } else {
+                let owned = reader.buf[s..e].to_vec(); // naive: copied out to a buffer of its own
+                self.stats.alloc();
+                self.stats.copy(owned.len());
+                self.decode(&owned)?
+            };
+            let mut st = self.state.lock().unwrap();
+            if let Some(slot) = st.pending.get_mut(&id) {
+                *slot = Some(outcome);
+                if id == call_id {
+                    return Ok(());
+                }
+                if st.waiting > 0 {
+                    self.cv.notify_all();
+                }
+            } // else: its caller timed out and left
+        }
+    }
+
+    fn decode(&self, packet: &[u8]) -> Result<(i32, Outcome), CallError> {
+        let malformed = |e: String| CallError::Lost(format!("malformed response from {}: {e}", self.peer));
+        let mut cur = Cursor::new(packet);
+        let h = ResponseHeader::parse(cur.delimited().map_err(malformed)?).map_err(malformed)?;
+        let id = h.call_id as i32;
+        match h.status {
+            wire::SUCCESS => Ok((id, Ok(cur.delimited().map_err(malformed)?.to_vec()))),
+            wire::ERROR => Ok((id, Err(CallError::Remote {
+                class_name: h.exception_class, message: h.error_msg, detail: h.error_detail }))),
+            _ => Err(CallError::Fatal { class_name: h.exception_class, message: h.error_msg,
+                                        detail: h.error_detail }),
+        }
+    }
+
+    fn fail_all(&self, st: &mut State, e: CallError) {
+        let e = match e {
+            CallError::Lost(m) if !m.starts_with("connection to") && !m.starts_with("malformed") => {
+                CallError::Lost(format!("connection to {} lost: {m}", self.peer))
+            }
+            other => other,
+        };
+        if st.broken.is_none() {
+            st.broken = Some(e.clone());
+        }
+        let broken = st.broken.clone().unwrap();
+        for slot in st.pending.values_mut() {
+            if slot.is_none() {
+                *slot = Some(Err(broken.clone()));
+            }
+        }
+        if let Ok(w) = self.writer.try_lock() {
+            w.0.shutdown();
+        }
+    }
+
+    fn break_with(&self, e: CallError) {
+        let mut st = self.state.lock().unwrap();
+        self.fail_all(&mut st, e);
+        self.cv.notify_all();
+    }
+
+    /// Hadoop's keep-alive: a header with callId -4, no response.
+    pub fn send_ping(&self) -> Result<(), CallError> {
+        let mut header = Vec::new();
+        RequestHeader::encode(&mut header, wire::PING_CALL_ID, &self.client_id, -1);
+        let mut packet = ((header.len() + 1) as u32).to_be_bytes().to_vec();
+        wire::put_varint(&mut packet, header.len() as u64);
+        packet.extend_from_slice(&header);
+        self.writer.lock().unwrap().0.write_all(&packet, self.write_timeout)
+            .map_err(|e| CallError::Lost(format!("connection to {} lost: {e}", self.peer)))
+    }
+
+    pub fn close(&self) {
+        self.break_with(CallError::Lost("client closed".into()));
+        self.writer.lock().unwrap().0.shutdown();
+    }
+
+    pub fn echo(&self, payload: &[u8], timeout: Duration) -> Outcome {
+        let mut req = Vec::with_capacity(payload.len() + 6);
+        wire::put_bytes_field(&mut req, 1, payload);
+        let body = self.call("echo", &req, timeout)?;
+        wire::parse_payload(&body)
+            .map(|p| p.to_vec())
+            .map_err(|e| CallError::Remote { class_name: "DecodeError".into(),
+                                             message: format!("cannot parse the echo response: {e}"),
+                                             detail: None })
+    }
+
+    /// Calls echo with `size` bytes back to back for `seconds`; the calls completed inside that time
+    /// (the one that crosses the end is not counted). The calls/s driver of the throughput workload.
+    pub fn echo_for(&self, size: usize, seconds: f64, timeout: Duration) -> Result<u64, CallError> {
+        let mut req = Vec::with_capacity(size + 6);
+        wire::put_bytes_field(&mut req, 1, &vec![0u8; size]);
+        let end = Instant::now() + Duration::from_secs_f64(seconds.max(0.0));
+        let mut calls = 0;
+        loop {
+            self.call("echo", &req, timeout)?;
+            if Instant::now() > end {
+                return Ok(calls);
+            }
+            calls += 1;
+        }
+    }
+
+    /// Times `iterations` echo calls of `size` bytes (after `warmup` untimed ones); microseconds.
+    pub fn echo_samples(&self, size: usize, iterations: usize, warmup: usize, timeout: Duration)
+                        -> Result<Vec<f64>, CallError> {
+        let payload = vec![0u8; size];
+        let mut req = Vec::with_capacity(size + 6);
+        wire::put_bytes_field(&mut req, 1, &payload);
+        let mut out = Vec::with_capacity(iterations);
+        for i in 0..warmup + iterations {
+            let t0 = Instant::now();
+            let body = self.call("echo", &req, timeout)?;
+            let dt = t0.elapsed();
+            let got = wire::parse_payload(&body).map(|p| p.len()).unwrap_or(usize::MAX);
+            if got != size {
+                return Err(CallError::Lost(format!("echo of {size} B returned {got} B")));
+            }
+            if i >= warmup {
+                out.push(dt.as_secs_f64() * 1e6);
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if let Ok(w) = self.writer.lock() {
+            w.0.shutdown();
+        }
+    }
+}
