@@ -470,7 +470,7 @@ pub fn ring_read_span(head: u64, tail: u64, cap: usize, want: usize) -> WireResu
     }
     let pos = (tail as usize) & (cap - 1);
     let n = (avail as usize).min(want).min(cap - pos);
-    Ok(RingSpan { pos, n, moved: tail + n as u64 })
+    Ok(RingSpan { pos, n, moved: tail.wrapping_add(n as u64) })
 }
 
 /// The producer's next copy of at most `want` bytes, from the ring's counters.
@@ -485,7 +485,7 @@ pub fn ring_write_span(head: u64, tail: u64, cap: usize, want: usize) -> WireRes
     let free = cap - used as usize;
     let pos = (head as usize) & (cap - 1);
     let n = free.min(want).min(cap - pos);
-    Ok(RingSpan { pos, n, moved: head + n as u64 })
+    Ok(RingSpan { pos, n, moved: head.wrapping_add(n as u64) })
 }
 
 #[cfg(test)]
@@ -515,6 +515,34 @@ mod tests {
         assert!(Cursor::new(b"\xff\xff\xff\xff\xff\x01").delimited().is_err());
         assert!(RequestHeader::parse(b"\xff\xff\xff\xff\xff\xff\xff").is_err());
         assert!(parse_payload(b"\x0a\xff\xff\xff\xff\x0f").is_err());
+    }
+
+    #[test]
+    fn ring_counters_wrap_instead_of_overflowing() {
+        // found by the shm fuzz target: a tail at u64::MAX (the counters are in memory the peer
+        // can write, and wrap by design) made `tail + n` overflow, a panic in a debug build
+        let s = ring_read_span(21, u64::MAX, 1 << 20, 100).unwrap();
+        assert_eq!(s, RingSpan { pos: (1 << 20) - 1, n: 1, moved: 0 });
+        let s = ring_write_span(u64::MAX, u64::MAX - 3, 1 << 20, 100).unwrap();
+        assert_eq!(s, RingSpan { pos: (1 << 20) - 1, n: 1, moved: 0 });
+        assert!(ring_read_span(0, 1, 1 << 20, 100).is_err());
+        assert!(ring_write_span(1 << 21, 0, 1 << 20, 100).is_err());
+        assert!(ring_read_span(1, 0, 3, 1).is_err());
+    }
+
+    #[test]
+    fn frames_and_preambles() {
+        assert_eq!(split_frame(b"\0\0", 10), Ok(Frame::Need(4)));
+        assert_eq!(split_frame(b"\0\0\0\x03ab", 10), Ok(Frame::Need(7)));
+        assert_eq!(split_frame(b"\0\0\0\x02abc", 10), Ok(Frame::Packet(&b"ab"[..])));
+        assert_eq!(split_frame(b"\xff\xff\xff\xff", MAX_DATA_LENGTH), Err(u32::MAX as usize));
+        assert_eq!(check_preamble(b"hr"), Ok(false));
+        assert_eq!(check_preamble(&PREAMBLE), Ok(true));
+        assert_eq!(check_preamble(b"hrpc\x0a\0\0"), Err(PreambleError::Version(10)));
+        assert_eq!(check_preamble(b"GET /"), Err(PreambleError::Magic(b"GET ".to_vec())));
+        assert_eq!(parse_shm_handshake(b"{\"capacity\": 1048576}"), Ok(1 << 20));
+        assert!(parse_shm_handshake(b"{\"capacity\": 3}").is_err());
+        assert!(parse_shm_handshake(b"{\"capacity\": 99999999999999999999999}").is_err());
     }
 
     #[test]
