@@ -18,10 +18,13 @@ pub fn context_packet(packet: &[u8]) -> WireResult<(String, String)> {
     wire::parse_context(cur.delimited()?)
 }
 
+/// A parsed call: method, protocol, request length.
+pub type Call = (String, String, usize);
+
 /// The server's reading of a call packet (server.rs `call`): a delimited RpcRequestHeaderProto, then
 /// for a call a delimited RequestHeaderProto and the request, parsed as the native methods do.
-/// Returns the call id and (method, protocol, body length) for a call.
-pub fn call_packet(packet: &[u8]) -> WireResult<(i32, Option<(String, String, usize)>)> {
+/// Returns the call id and, for a call, (method, protocol, body length).
+pub fn call_packet(packet: &[u8]) -> WireResult<(i32, Option<Call>)> {
     let mut cur = Cursor::new(packet);
     let header = RequestHeader::parse(cur.delimited()?)?;
     if header.call_id < 0 || header.rpc_op == wire::RPC_CLOSE_CONNECTION {
