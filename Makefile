@@ -130,7 +130,9 @@ fuzz:
 	        -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 >fuzz/target/$$t.log 2>&1; \
 	    rc=$$?; \
 	    done_line=$$(grep -a 'DONE ' fuzz/target/$$t.log | tail -n 1); \
-	    if [ $$rc != 0 ]; then echo "fuzz: $$t FAILED (exit $$rc); log:" >&2; tail -n 40 fuzz/target/$$t.log >&2; exit 1; fi; \
+	    if [ $$rc != 0 ]; then echo "fuzz: $$t FAILED (exit $$rc), native/fuzz/target/$$t.log:" >&2; \
+	        grep -a -E -A1 'panicked at|==ERROR|^SUMMARY' fuzz/target/$$t.log | head -n 8 >&2; \
+	        tail -n 12 fuzz/target/$$t.log >&2; exit 1; fi; \
 	    echo "fuzz: $$t: $$(echo "$$done_line" | sed -E 's|^#([0-9]+)[[:space:]]+DONE[[:space:]]+cov: ([0-9]+) ft: ([0-9]+) corp: ([0-9]+)/[^ ]+ .*exec/s: ([0-9]+).*|\1 runs in $(FUZZ_SECONDS) s (\5 exec/s), coverage: \2 edges, \3 features, corpus \4 inputs|')"; \
 	done; \
 	echo "fuzz: $(words $(FUZZ_TARGETS)) targets, no crash, $$(( $$(date +%s) - start )) s in all"
