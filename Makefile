@@ -1,5 +1,6 @@
 # make run   set up (virtualenv + deps) and run the default suites on the embedded local cluster
 # make test  set up and run every test (the plugin's own tests and all suites)
+# make fuzz  build the native core's fuzz targets and run each for a bounded time (cargo-fuzz)
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
@@ -8,7 +9,7 @@ SUITES ?= suites
 TESTS  ?= tests suites
 PYTEST_ARGS ?=
 
-.PHONY: setup run test guest hadoop-target gates canary netns-suites clean asv-assets hadoop-jars
+.PHONY: setup run test guest hadoop-target gates canary netns-suites fuzz clean asv-assets hadoop-jars
 
 # The native core (native/: Rust + PyO3, built by maturin, which pip fetches from PyPI; crates from
 # crates.io). NATIVE=auto builds it where cargo is (a failed build fails setup), and says so and goes
@@ -70,12 +71,14 @@ GUEST_TESTS ?= tests/test_vm.py::test_verbs_suites_pass_in_the_soft_roce_guest
 # The suites' local gates run after the other tests, alone on the machine: beside other tests their
 # timings would measure the neighbours. Then the canary: the same gates with a 20% regression injected
 # into each enforced gate's candidate; every such gate must FAIL (one that passes fails its test).
-# Before them: the Hadoop target's checks (hadoop-target) and the suites once more on netns:4 (four
-# hosts on this box, netns-suites). make test fails when any of these does.
+# Before them: the native fuzz targets (fuzz), the Soft-RoCE guest (guest), the Hadoop target's checks
+# (hadoop-target) and the suites once more on netns:4 (four hosts on this box, netns-suites). make test
+# fails when any of these does.
 test: setup asv-assets hadoop-jars
 	@$(PY) -m pytest $(TESTS) -p no:cacheprovider -n 2 --dist loadfile $(addprefix --ignore=,$(GATE_TESTS)) \
 	    $(addprefix --deselect=,$(GUEST_TESTS)) $(PYTEST_ARGS); status=$$?; \
 	if [ $$status = 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
+	$(MAKE) --no-print-directory fuzz || status=1; \
 	$(MAKE) --no-print-directory guest || status=1; \
 	$(MAKE) --no-print-directory hadoop-target || status=1; \
 	$(MAKE) --no-print-directory netns-suites || status=1; \
@@ -111,6 +114,39 @@ netns-suites: setup
 	if [ $$status = 5 ]; then echo "make netns-suites: pytest collected no tests" >&2; fi; \
 	$(PY) -m pytest_hpcnet.results check-nodes .hpcnet/netns 4 || status=1; exit $$status
 
+# Coverage-guided fuzzing of the native core's parsers of untrusted bytes (native/fuzz: frames and
+# ipc.maximum.data.length, preamble + context + calls, request/response headers, shm control data).
+# cargo-fuzz comes from crates.io, installed into ~/.cargo/bin when absent; it drives libFuzzer on
+# the stable toolchain (--sanitizer none needs no nightly; debug assertions and overflow checks stay
+# on). Each target starts from its committed corpus (native/fuzz/corpus/<target>; what a run finds
+# goes to native/fuzz/target/corpus, not into git) and runs FUZZ_SECONDS; a crash fails, its input
+# in native/fuzz/artifacts/<target>. Skipped, and said so, where cargo is not.
+FUZZ_TARGETS ?= frame connection request response shm
+FUZZ_SECONDS ?= 15
+CARGO_FUZZ_VERSION ?= 0.13.2
+fuzz:
+	@if ! command -v cargo >/dev/null 2>&1; then echo "fuzz: cargo not found: the native fuzz targets are skipped"; exit 0; fi; \
+	if ! cargo fuzz --version >/dev/null 2>&1; then \
+	    echo "fuzz: installing cargo-fuzz $(CARGO_FUZZ_VERSION) (crates.io)"; \
+	    cargo install --quiet --locked --version $(CARGO_FUZZ_VERSION) cargo-fuzz || exit 1; \
+	fi; \
+	start=$$(date +%s); cd native && mkdir -p fuzz/target && \
+	if ! cargo fuzz build --sanitizer none >fuzz/target/build.log 2>&1; then \
+	    echo "fuzz: building the targets failed:" >&2; tail -n 40 fuzz/target/build.log >&2; exit 1; fi; \
+	echo "fuzz: targets built in $$(( $$(date +%s) - start )) s"; \
+	for t in $(FUZZ_TARGETS); do \
+	    mkdir -p fuzz/target/corpus/$$t; \
+	    cargo fuzz run --sanitizer none $$t fuzz/target/corpus/$$t fuzz/corpus/$$t -- \
+	        -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 >fuzz/target/$$t.log 2>&1; \
+	    rc=$$?; \
+	    done_line=$$(grep -a 'DONE ' fuzz/target/$$t.log | tail -n 1); \
+	    if [ $$rc != 0 ]; then echo "fuzz: $$t FAILED (exit $$rc), native/fuzz/target/$$t.log:" >&2; \
+	        grep -a -E -A1 'panicked at|==ERROR|^SUMMARY' fuzz/target/$$t.log | head -n 8 >&2; \
+	        tail -n 12 fuzz/target/$$t.log >&2; exit 1; fi; \
+	    echo "fuzz: $$t: $$(echo "$$done_line" | sed -E 's|^#([0-9]+)[[:space:]]+DONE[[:space:]]+cov: ([0-9]+) ft: ([0-9]+) corp: ([0-9]+)/[^ ]+ .*exec/s: ([0-9]+).*|\1 runs in $(FUZZ_SECONDS) s (\5 exec/s), coverage: \2 edges, \3 features, corpus \4 inputs|')"; \
+	done; \
+	echo "fuzz: $(words $(FUZZ_TARGETS)) targets, no crash, $$(( $$(date +%s) - start )) s in all"
+
 # The test files that evaluate the suites' local claims.
 GATE_TESTS ?= suites/rpc/test_performance.py suites/mapreduce/test_performance.py \
               suites/dfsio/test_performance.py suites/qjump
@@ -128,4 +164,4 @@ canary: setup
 	if [ $$status = 5 ]; then echo "make canary: pytest collected no tests" >&2; fi; exit $$status
 
 clean:
-	rm -rf $(VENV) .hpcnet .pytest_cache build *.egg-info native/target
+	rm -rf $(VENV) .hpcnet .pytest_cache build *.egg-info native/target native/fuzz/target native/fuzz/artifacts

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferStats, Design};
 use crate::shm::ShmEnd;
-use crate::wire::{self, Cursor, RequestHeader, ResponseHeader};
+use crate::wire::{self, Cursor, Frame, RequestHeader, ResponseHeader};
 
 const READ_SLICE: Duration = Duration::from_millis(50);
 const PROTOCOL_VERSION: u64 = 1;
@@ -106,17 +106,16 @@ impl FrameReader {
         loop {
             let avail = self.end - self.start;
             if avail >= 4 {
-                let b = &self.buf[self.start..self.start + 4];
-                let len = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
-                if len > max {
-                    return Err(CallError::Lost(format!(
-                        "response of {len} bytes exceeds ipc.maximum.data.length {max}")));
-                }
-                if avail >= 4 + len {
-                    let s = self.start + 4;
-                    self.start += 4 + len;
-                    return Ok(Some((s, s + len)));
-                }
+                let len = match wire::split_frame(&self.buf[self.start..self.end], max) {
+                    Ok(Frame::Packet(packet)) => {
+                        let s = self.start + 4;
+                        self.start += 4 + packet.len();
+                        return Ok(Some((s, self.start)));
+                    }
+                    Ok(Frame::Need(n)) => n - 4,
+                    Err(len) => return Err(CallError::Lost(format!(
+                        "response of {len} bytes exceeds ipc.maximum.data.length {max}"))),
+                };
                 if self.buf.len() < self.start + 4 + len {
                     if self.start > 0 {
                         stats.copy(self.end - self.start);

@@ -35,7 +35,6 @@ const WAKER: Token = Token(1);
 const SUB_SPACE: usize = 1;
 const INITIAL_BUFFER: usize = 4096;
 const KEEP_BUFFER: usize = 256 * 1024; // a buffer grown past this is released once empty
-const MAX_CONTEXT_LENGTH: usize = 64 * 1024;
 const WRITE_HIGH: usize = 4 * 1024 * 1024;
 const TICK: Duration = Duration::from_millis(100);
 
@@ -588,45 +587,39 @@ impl EventLoop {
             let avail = &buf[c.rstart..c.rend];
             match c.phase {
                 Phase::Preamble => {
-                    let k = avail.len().min(4);
-                    if avail[..k] != wire::MAGIC[..k] {
-                        return Err(Close::Quiet(format!(
-                            "bad preamble: {:?} is not 'hrpc'", String::from_utf8_lossy(&avail[..k]))));
-                    }
-                    if avail.len() < wire::PREAMBLE.len() {
-                        return Ok(c.rstart + wire::PREAMBLE.len());
-                    }
-                    if avail[4] != wire::IPC_VERSION {
-                        return Err(fatal(wire::FATAL_VERSION_MISMATCH, wire::INVALID_CALL_ID, format!(
-                            "IPC version {} not supported, server speaks {}", avail[4], wire::IPC_VERSION)));
-                    }
-                    if avail[6] != wire::AUTH_NONE {
-                        return Err(fatal(wire::FATAL_UNAUTHORIZED, wire::INVALID_CALL_ID, format!(
-                            "auth protocol {} not supported (only none)", avail[6])));
+                    match wire::check_preamble(avail) {
+                        Ok(true) => {}
+                        Ok(false) => return Ok(c.rstart + wire::PREAMBLE.len()),
+                        Err(wire::PreambleError::Magic(seen)) => return Err(Close::Quiet(format!(
+                            "bad preamble: {:?} is not 'hrpc'", String::from_utf8_lossy(&seen)))),
+                        Err(wire::PreambleError::Version(v)) => {
+                            return Err(fatal(wire::FATAL_VERSION_MISMATCH, wire::INVALID_CALL_ID, format!(
+                                "IPC version {v} not supported, server speaks {}", wire::IPC_VERSION)))
+                        }
+                        Err(wire::PreambleError::Auth(a)) => {
+                            return Err(fatal(wire::FATAL_UNAUTHORIZED, wire::INVALID_CALL_ID, format!(
+                                "auth protocol {a} not supported (only none)")))
+                        }
                     }
                     c.rstart += wire::PREAMBLE.len();
                     c.phase = Phase::Context;
                 }
                 Phase::Context | Phase::Ready => {
-                    if avail.len() < 4 {
-                        return Ok(c.rstart + 4);
-                    }
-                    let len = u32::from_be_bytes([avail[0], avail[1], avail[2], avail[3]]) as usize;
-                    if c.phase == Phase::Context {
-                        let limit = max_data.min(MAX_CONTEXT_LENGTH);
-                        if len > limit {
+                    let context = c.phase == Phase::Context;
+                    let limit = if context { max_data.min(wire::MAX_CONTEXT_LENGTH) } else { max_data };
+                    let packet = match wire::split_frame(avail, limit) {
+                        Ok(wire::Frame::Packet(packet)) => packet,
+                        Ok(wire::Frame::Need(n)) => return Ok(c.rstart + n),
+                        Err(len) if context => {
                             return Err(fatal(wire::FATAL_INVALID_RPC_HEADER, wire::INVALID_CALL_ID,
-                                             format!("connection context of {len} bytes exceeds {limit}")));
+                                             format!("connection context of {len} bytes exceeds {limit}")))
                         }
-                    } else if len > max_data {
-                        return Err(fatal(wire::FATAL_INVALID_RPC_HEADER, wire::INVALID_CALL_ID, format!(
-                            "RPC data length {len} exceeds ipc.maximum.data.length {max_data}")));
-                    }
-                    if avail.len() < 4 + len {
-                        return Ok(c.rstart + 4 + len);
-                    }
-                    let packet = &avail[4..4 + len];
-                    c.rstart += 4 + len;
+                        Err(len) => {
+                            return Err(fatal(wire::FATAL_INVALID_RPC_HEADER, wire::INVALID_CALL_ID, format!(
+                                "RPC data length {len} exceeds ipc.maximum.data.length {max_data}")))
+                        }
+                    };
+                    c.rstart += 4 + packet.len();
                     if c.phase == Phase::Context {
                         self.context(id, packet)?;
                         continue;

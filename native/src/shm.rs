@@ -17,6 +17,8 @@ use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::wire::{self, RingSpan};
+
 pub const CTRL: usize = 320;
 pub const RING_CAPACITY: usize = 1 << 20;
 const HEAD: usize = 0;
@@ -148,16 +150,12 @@ impl ShmEnd {
             }
             return Err(io::ErrorKind::WouldBlock.into());
         }
-        let avail = head.wrapping_sub(tail) as usize;
-        if avail > r.cap {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "shm ring counters are corrupt"));
-        }
-        let pos = (tail as usize) & (r.cap - 1);
-        let n = avail.min(buf.len()).min(r.cap - pos);
+        let RingSpan { pos, n, moved } = wire::ring_read_span(head, tail, r.cap, buf.len())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         // SAFETY: [pos, pos + n) lies inside the ring's data, which only the producer writes, and
         // only outside [tail, head)
         unsafe { std::ptr::copy_nonoverlapping(r.data.add(pos), buf.as_mut_ptr(), n) };
-        r.word(TAIL).store(tail + n as u64, Ordering::Release);
+        r.word(TAIL).store(moved, Ordering::Release);
         if r.word(WRITER_WAITING).load(Ordering::SeqCst) != 0 {
             ring_bell(&self.peer_space);
         }
@@ -175,19 +173,17 @@ impl ShmEnd {
         }
         let head = t.word(HEAD).load(Ordering::Relaxed);
         let tail = t.word(TAIL).load(Ordering::Acquire);
-        let used = head.wrapping_sub(tail) as usize;
-        if used > t.cap {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "shm ring counters are corrupt"));
+        if buf.is_empty() {
+            return Ok(0);
         }
-        let free = t.cap - used;
-        if free == 0 || buf.is_empty() {
-            return if buf.is_empty() { Ok(0) } else { Err(io::ErrorKind::WouldBlock.into()) };
+        let RingSpan { pos, n, moved } = wire::ring_write_span(head, tail, t.cap, buf.len())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        if n == 0 {
+            return Err(io::ErrorKind::WouldBlock.into());
         }
-        let pos = (head as usize) & (t.cap - 1);
-        let n = free.min(buf.len()).min(t.cap - pos);
         // SAFETY: [pos, pos + n) is free space the consumer does not read until head moves
         unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), t.data.add(pos), n) };
-        t.word(HEAD).store(head + n as u64, Ordering::SeqCst);
+        t.word(HEAD).store(moved, Ordering::SeqCst);
         if t.word(READER_WAITING).load(Ordering::SeqCst) != 0 {
             ring_bell(&self.peer_data);
         }
@@ -412,11 +408,7 @@ pub fn connect(host: &str, port: u16, timeout: Duration) -> io::Result<ShmEnd> {
         return Err(io::Error::new(io::ErrorKind::InvalidData,
                                   format!("shm server {host}:{port} sent a bad handshake")));
     }
-    let text = String::from_utf8_lossy(&msg);
-    let cap: usize = text.split(|c: char| !c.is_ascii_digit()).find(|s| !s.is_empty())
-        .and_then(|s| s.parse().ok())
-        .filter(|c: &usize| c.is_power_of_two() && *c <= 1 << 30)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("bad shm handshake {text:?}")))?;
+    let cap = wire::parse_shm_handshake(&msg).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     let memfd = fds.remove(0);
     let map = Mapping::map(memfd.as_raw_fd(), 2 * (CTRL + cap))?;
     drop(memfd);

@@ -13,6 +13,8 @@ pub const INVALID_CALL_ID: i32 = -1;
 pub const RPC_PROTOCOL_BUFFER: u64 = 2;
 pub const RPC_CLOSE_CONNECTION: u64 = 2;
 pub const MAX_DATA_LENGTH: usize = 128 * 1024 * 1024;
+/// The server's bound on the connection context packet (below ipc.maximum.data.length).
+pub const MAX_CONTEXT_LENGTH: usize = 64 * 1024;
 
 pub const SUCCESS: u64 = 0;
 pub const ERROR: u64 = 1;
@@ -68,6 +70,59 @@ pub fn put_bytes_field(out: &mut Vec<u8>, field: u32, data: &[u8]) {
 pub fn put_varint_field(out: &mut Vec<u8>, field: u32, v: u64) {
     put_tag(out, field, 0);
     put_varint(out, v);
+}
+
+/// Why a connection preamble is refused.
+#[derive(Debug, PartialEq)]
+pub enum PreambleError {
+    /// The first bytes are not "hrpc" (the bytes seen, at most 4).
+    Magic(Vec<u8>),
+    /// An IPC version other than 9.
+    Version(u8),
+    /// An auth protocol other than none.
+    Auth(u8),
+}
+
+/// The connection preamble at the front of `avail`: Ok(true) once its 7 bytes are there and good,
+/// Ok(false) while what has arrived is a good prefix of it.
+pub fn check_preamble(avail: &[u8]) -> Result<bool, PreambleError> {
+    let k = avail.len().min(MAGIC.len());
+    if avail[..k] != MAGIC[..k] {
+        return Err(PreambleError::Magic(avail[..k].to_vec()));
+    }
+    if avail.len() < PREAMBLE.len() {
+        return Ok(false);
+    }
+    if avail[4] != IPC_VERSION {
+        return Err(PreambleError::Version(avail[4]));
+    }
+    if avail[6] != AUTH_NONE {
+        return Err(PreambleError::Auth(avail[6]));
+    }
+    Ok(true)
+}
+
+/// What the front of a stream holds: a whole packet (its 4-byte length not included; the frame is
+/// 4 + packet.len() bytes), or not yet, and how many bytes the frame needs in all.
+#[derive(Debug, PartialEq)]
+pub enum Frame<'a> {
+    Need(usize),
+    Packet(&'a [u8]),
+}
+
+/// The length-prefixed packet at the front of `avail` (4-byte big-endian length, then the packet).
+/// A length over `limit` (ipc.maximum.data.length) is Err(length) as soon as the 4 bytes are there,
+/// before anything is allocated for it.
+pub fn split_frame(avail: &[u8], limit: usize) -> Result<Frame<'_>, usize> {
+    let Some(prefix) = avail.first_chunk::<4>() else { return Ok(Frame::Need(4)) };
+    let len = u32::from_be_bytes(*prefix) as usize;
+    if len > limit {
+        return Err(len);
+    }
+    match avail[4..].get(..len) {
+        Some(packet) => Ok(Frame::Packet(packet)),
+        None => Ok(Frame::Need(4 + len)),
+    }
 }
 
 /// A cursor over an untrusted byte slice.
@@ -377,6 +432,62 @@ pub fn error_packet(out: &mut Vec<u8>, call_id: i32, status: u64, client_id: &[u
     out.extend_from_slice(&h);
 }
 
+// -- the shm transport's control data (shm.rs) --------------------------------------------------
+// What an shm peer can put in front of us besides RPC bytes: the handshake text and the ring
+// counters, which live in memory the peer can write.
+
+/// The largest ring an shm client maps.
+pub const MAX_RING_CAPACITY: usize = 1 << 30;
+
+/// The shm handshake text the server sends with the descriptors, `{"capacity": N}`: the ring
+/// capacity N, a power of two of at most MAX_RING_CAPACITY bytes.
+pub fn parse_shm_handshake(msg: &[u8]) -> WireResult<usize> {
+    let text = String::from_utf8_lossy(msg);
+    text.split(|c: char| !c.is_ascii_digit()).find(|s| !s.is_empty())
+        .and_then(|s| s.parse().ok())
+        .filter(|c: &usize| c.is_power_of_two() && *c <= MAX_RING_CAPACITY)
+        .ok_or_else(|| format!("bad shm handshake {text:?}"))
+}
+
+/// One copy out of or into a ring of `cap` bytes (a power of two): `pos` in the ring's data, `n`
+/// bytes (0 when there is nothing to copy), and the moved counter (the consumer's tail after a
+/// read, the producer's head after a write), wrapping as the counters do.
+#[derive(Debug, PartialEq)]
+pub struct RingSpan {
+    pub pos: usize,
+    pub n: usize,
+    pub moved: u64,
+}
+
+/// The consumer's next copy of at most `want` bytes, from the ring's counters.
+pub fn ring_read_span(head: u64, tail: u64, cap: usize, want: usize) -> WireResult<RingSpan> {
+    if !cap.is_power_of_two() {
+        return Err(format!("shm ring capacity {cap} is not a power of two"));
+    }
+    let avail = head.wrapping_sub(tail);
+    if avail > cap as u64 {
+        return Err("shm ring counters are corrupt".into());
+    }
+    let pos = (tail as usize) & (cap - 1);
+    let n = (avail as usize).min(want).min(cap - pos);
+    Ok(RingSpan { pos, n, moved: tail.wrapping_add(n as u64) })
+}
+
+/// The producer's next copy of at most `want` bytes, from the ring's counters.
+pub fn ring_write_span(head: u64, tail: u64, cap: usize, want: usize) -> WireResult<RingSpan> {
+    if !cap.is_power_of_two() {
+        return Err(format!("shm ring capacity {cap} is not a power of two"));
+    }
+    let used = head.wrapping_sub(tail);
+    if used > cap as u64 {
+        return Err("shm ring counters are corrupt".into());
+    }
+    let free = cap - used as usize;
+    let pos = (head as usize) & (cap - 1);
+    let n = free.min(want).min(cap - pos);
+    Ok(RingSpan { pos, n, moved: head.wrapping_add(n as u64) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,6 +515,34 @@ mod tests {
         assert!(Cursor::new(b"\xff\xff\xff\xff\xff\x01").delimited().is_err());
         assert!(RequestHeader::parse(b"\xff\xff\xff\xff\xff\xff\xff").is_err());
         assert!(parse_payload(b"\x0a\xff\xff\xff\xff\x0f").is_err());
+    }
+
+    #[test]
+    fn ring_counters_wrap_instead_of_overflowing() {
+        // found by the shm fuzz target: a tail at u64::MAX (the counters are in memory the peer
+        // can write, and wrap by design) made `tail + n` overflow, a panic in a debug build
+        let s = ring_read_span(21, u64::MAX, 1 << 20, 100).unwrap();
+        assert_eq!(s, RingSpan { pos: (1 << 20) - 1, n: 1, moved: 0 });
+        let s = ring_write_span(u64::MAX, u64::MAX - 3, 1 << 20, 100).unwrap();
+        assert_eq!(s, RingSpan { pos: (1 << 20) - 1, n: 1, moved: 0 });
+        assert!(ring_read_span(0, 1, 1 << 20, 100).is_err());
+        assert!(ring_write_span(1 << 21, 0, 1 << 20, 100).is_err());
+        assert!(ring_read_span(1, 0, 3, 1).is_err());
+    }
+
+    #[test]
+    fn frames_and_preambles() {
+        assert_eq!(split_frame(b"\0\0", 10), Ok(Frame::Need(4)));
+        assert_eq!(split_frame(b"\0\0\0\x03ab", 10), Ok(Frame::Need(7)));
+        assert_eq!(split_frame(b"\0\0\0\x02abc", 10), Ok(Frame::Packet(&b"ab"[..])));
+        assert_eq!(split_frame(b"\xff\xff\xff\xff", MAX_DATA_LENGTH), Err(u32::MAX as usize));
+        assert_eq!(check_preamble(b"hr"), Ok(false));
+        assert_eq!(check_preamble(&PREAMBLE), Ok(true));
+        assert_eq!(check_preamble(b"hrpc\x0a\0\0"), Err(PreambleError::Version(10)));
+        assert_eq!(check_preamble(b"GET /"), Err(PreambleError::Magic(b"GET ".to_vec())));
+        assert_eq!(parse_shm_handshake(b"{\"capacity\": 1048576}"), Ok(1 << 20));
+        assert!(parse_shm_handshake(b"{\"capacity\": 3}").is_err());
+        assert!(parse_shm_handshake(b"{\"capacity\": 99999999999999999999999}").is_err());
     }
 
     #[test]
