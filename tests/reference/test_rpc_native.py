@@ -125,13 +125,22 @@ def test_connections_past_the_limit_are_closed_and_counted():
 
 
 def test_idle_and_handshake_timeouts_close_connections():
-    with make_server("native", idle_timeout=0.4, handshake_timeout=0.4) as s:
+    # idle_threshold=0: idle connections close however few are open (by default only above 512)
+    with make_server("native", idle_timeout=0.4, handshake_timeout=0.4, idle_threshold=0) as s:
         with socket.create_connection(s.address) as idle, socket.create_connection(s.address) as mute:
             idle.sendall(GOLDEN_PREAMBLE + GOLDEN_CONTEXT)
             mute.sendall(b"hrp")
             assert _closed_within(idle, 3) and _closed_within(mute, 3)
         reasons = s.closed_reasons
         assert reasons.get("idle") == 1 and reasons.get("handshake timeout") == 1
+
+
+def test_idle_connections_stay_open_at_or_below_the_idle_threshold():
+    with make_server("native", idle_timeout=0.3, idle_threshold=1) as s:
+        with socket.create_connection(s.address) as idle:
+            idle.sendall(GOLDEN_PREAMBLE + GOLDEN_CONTEXT)
+            assert not _closed_within(idle, 1.5)
+        assert "idle" not in s.closed_reasons
 
 
 def test_announced_lengths_cost_no_memory_until_the_bytes_arrive():
