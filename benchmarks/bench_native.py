@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import signal
-import subprocess
 import sys
 import time
 
 import numpy as np
+
+from pytest_hpcnet.workloads.local_processes import ServerProcess, client_loop, echo_for
+from pytest_hpcnet.workloads.local_processes import calls_per_second as local_calls_per_second
 
 PATHS = ("floor-native", "rpc-native", "rpc-native-shm", "rpc-python")
 SERVERS = {
@@ -49,26 +49,9 @@ def _require_native() -> None:
         raise NotImplementedError(native.WHY_NOT)   # asv: skipped, with the reason
 
 
-class _Server:
-    def __init__(self, path: str):
-        args, pattern = SERVERS[path]
-        self.proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-        line = self.proc.stdout.readline()
-        m = re.match(pattern, line)
-        if not m:
-            self.stop()
-            raise RuntimeError(f"{path} server did not start: {line!r}")
-        self.address = (m.group(1), int(m.group(2)))
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+def _start_server(path: str) -> ServerProcess:
+    args, pattern = SERVERS[path]
+    return ServerProcess(args, pattern, path)
 
 
 class _Timer:
@@ -107,7 +90,7 @@ class _Timer:
 def side_by_side(size: int = 64, rounds: int = 9, calls: int = 400, paths=PATHS) -> dict:
     """{"samples": {path: [us]}, "round_p50": {path: [us per round]}} from one interleaved run."""
     from pytest_hpcnet.measure import abba
-    servers = {p: _Server(p) for p in paths}
+    servers = {p: _start_server(p) for p in paths}
     timers = {}
     try:
         timers = {p: _Timer(p, servers[p].address, size) for p in paths}
@@ -134,50 +117,23 @@ def ratio(run: dict, candidate: str, baseline: str) -> float:
 
 
 def _client_process(impl: str, host: str, port: int, seconds: float, size: int) -> None:
-    """One throughput client process: echo back to back for ``seconds`` after "go"; print the count."""
+    """One throughput client process (``local_processes.client_loop``); a native client runs the
+    timed loop in the core."""
     from pytest_hpcnet.reference.rpc import make_client
-    payload = bytes(size)
-    with make_client((host, port), impl=impl, timeout=30) as c:
-        for _ in range(50):
-            c.echo(payload)
-        print("ready", flush=True)
-        sys.stdin.readline()
-        if impl == "native":
-            calls = c.echo_for(size, seconds)
-        else:
-            calls, end = 0, time.perf_counter() + seconds
-            while True:
-                c.echo(payload)
-                if time.perf_counter() > end:
-                    break
-                calls += 1
-    print(calls, flush=True)
+    loop = (lambda c, n, s: c.echo_for(n, s)) if impl == "native" else echo_for
+    client_loop(lambda: make_client((host, port), impl=impl, timeout=30), size, seconds, loop)
 
 
 def calls_per_second(path: str, clients: int, seconds: float, size: int) -> float:
     """Echo calls/s of ``clients`` client processes against a fresh ``path`` server (rpc-native or
     rpc-python; the clients are of the same implementation)."""
-    server = _Server(path)
+    server = _start_server(path)
     impl = "native" if path == "rpc-native" else "python"
-    procs = []
     try:
-        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "_client", impl,
-                                   server.address[0], str(server.address[1]), str(seconds), str(size)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True, start_new_session=True) for _ in range(clients)]
-        for p in procs:
-            if p.stdout.readline().strip() != "ready":
-                raise RuntimeError(f"{path} throughput client failed: {p.stderr.read()[-500:]}")
-        for p in procs:
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        total = sum(int(p.stdout.readline()) for p in procs)
-        return total / seconds
+        argv = [os.path.abspath(__file__), "_client", impl, server.address[0], str(server.address[1]),
+                str(seconds), str(size)]
+        return local_calls_per_second([argv] * clients, seconds, f"{path} throughput")
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
         server.stop()
 
 

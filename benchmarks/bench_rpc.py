@@ -19,46 +19,26 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import signal
-import subprocess
 import sys
 import time
 
 import numpy as np
+
+from pytest_hpcnet.workloads.local_processes import ServerProcess, client_loop
+from pytest_hpcnet.workloads.local_processes import calls_per_second as local_calls_per_second
 
 FLOOR_SERVER = ["-m", "pytest_hpcnet.workloads.socket_floor", "serve", "--port", "0"]
 RPC_SERVER = ["-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0", "--impl", "python"]   # the native
 # core's figures are benchmarks/bench_native.py's
 
 
-class _Server:
-    """A server process in its own session; ``address`` is parsed from its first line."""
-
-    def __init__(self, path: str, buffers: str = "pooled", handlers: int = 4, dispatch: str = "auto"):
-        if path == "floor":
-            args, pattern = FLOOR_SERVER, r"^listening (\S+) (\d+)$"
-        else:
-            args = RPC_SERVER + ["--transport", path, "--buffers", buffers, "--handlers", str(handlers),
-                                 "--dispatch", dispatch]
-            pattern = r"^listening on \S+ (\S+):(\d+) "
-        self.proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-        line = self.proc.stdout.readline()
-        m = re.match(pattern, line)
-        if not m:
-            self.stop()
-            raise RuntimeError(f"{path} server did not start: {line!r}")
-        self.address = (m.group(1), int(m.group(2)))
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+def _start_server(path: str, buffers: str = "pooled", handlers: int = 4, dispatch: str = "auto") -> ServerProcess:
+    """The raw-socket floor (``floor``) or the reference RPC over ``path``, in its own process."""
+    if path == "floor":
+        return ServerProcess(FLOOR_SERVER, r"^listening (\S+) (\d+)$", path)
+    args = RPC_SERVER + ["--transport", path, "--buffers", buffers, "--handlers", str(handlers),
+                         "--dispatch", dispatch]
+    return ServerProcess(args, r"^listening on \S+ (\S+):(\d+) ", path)
 
 
 class _Pinger:
@@ -108,46 +88,16 @@ class _Pinger:
 
 
 def _client_process(transport: str, host: str, port: int, seconds: float, size: int) -> None:
-    """Body of one throughput client process: call echo until time is up, print the count."""
+    """Body of one throughput client process (``local_processes.client_loop``)."""
     from pytest_hpcnet.reference.rpc import RpcClient
 
-    payload = bytes(size)
-    with RpcClient((host, port), transport=transport, timeout=30) as c:
-        for _ in range(50):
-            c.echo(payload)
-        print("ready", flush=True)
-        sys.stdin.readline()   # start together
-        calls, end = 0, time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            c.echo(payload)
-            calls += 1
-    print(calls, flush=True)
+    client_loop(lambda: RpcClient((host, port), transport=transport, timeout=30), size, seconds)
 
 
 def calls_per_second(path: str, address, clients: int, seconds: float, size: int = 64) -> float:
     """Aggregate echo calls/s of ``clients`` client processes, each with its own connection."""
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "_client", path, address[0],
-                               str(address[1]), str(seconds), str(size)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, start_new_session=True) for _ in range(clients)]
-    try:
-        for p in procs:
-            if p.stdout.readline().strip() != "ready":
-                p.kill()
-                last = (p.stderr.read().strip().splitlines() or ["(no output)"])[-1]
-                raise RuntimeError(f"{path} throughput client failed to start: {last}")
-        for p in procs:
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        total = sum(int(p.stdout.readline()) for p in procs)
-        for p in procs:
-            p.wait(30)
-        return total / seconds
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+    argv = [os.path.abspath(__file__), "_client", path, address[0], str(address[1]), str(seconds), str(size)]
+    return local_calls_per_second([argv] * clients, seconds, f"{path} throughput")
 
 
 # -- asv ---------------------------------------------------------------------------------------
@@ -159,7 +109,7 @@ class RpcLatency:
     timeout = 120
 
     def setup(self, path, size):
-        self.server = _Server(path)
+        self.server = _start_server(path)
         self.pinger = _Pinger(path, self.server.address, size)
         self.pinger.samples_us(200)   # warm-up
 
@@ -184,7 +134,7 @@ class RpcThroughput:
     timeout = 120
 
     def setup(self, transport, clients):
-        self.server = _Server(transport, handlers=8)
+        self.server = _start_server(transport, handlers=8)
 
     def teardown(self, transport, clients):
         self.server.stop()
@@ -203,7 +153,7 @@ class BufferDesignLatency:
     timeout = 120
 
     def setup(self, buffers, size):
-        self.server = _Server("tcp", buffers=buffers)
+        self.server = _start_server("tcp", buffers=buffers)
         self.pinger = _Pinger("tcp", self.server.address, size, buffers=buffers)
         self.pinger.samples_us(200)
 
@@ -224,7 +174,7 @@ def compare(size: int, rounds: int, calls: int, clients: int, seconds: float, di
     from pytest_hpcnet.measure import abba, summarize
 
     paths = ["floor", "tcp", "shm"]
-    servers = {p: _Server(p, handlers=8, dispatch=dispatch) for p in paths}
+    servers = {p: _start_server(p, handlers=8, dispatch=dispatch) for p in paths}
     try:
         pingers = {p: _Pinger(p, servers[p].address, size) for p in paths}
         for p in paths:

@@ -1,0 +1,90 @@
+"""Servers and load clients as local processes, for the benchmarks run on one box (benchmarks/bench_*.py).
+
+A server runs in its own session and prints its address on its first line; the load clients warm up,
+say ``ready``, start together on ``go`` and print how many calls they made. (The suites start theirs
+on cluster nodes through the launchers instead: ``workloads.rpc``.)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable
+
+
+class ServerProcess:
+    """``python <args>`` in its own session; ``address`` is parsed from its first line with ``pattern``
+    (host and port groups)."""
+
+    def __init__(self, args: list[str], pattern: str, what: str):
+        self.proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        line = self.proc.stdout.readline()
+        m = re.match(pattern, line)
+        if not m:
+            self.stop()
+            raise RuntimeError(f"{what} server did not start: {line!r}")
+        self.address = (m.group(1), int(m.group(2)))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def echo_for(client, size: int, seconds: float) -> int:
+    """Echo calls of ``size`` bytes back to back for ``seconds``; how many were made."""
+    payload = bytes(size)
+    calls, end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        client.echo(payload)
+        calls += 1
+    return calls
+
+
+def client_loop(connect: Callable, size: int, seconds: float, loop: Callable = echo_for,
+                warmup: int = 50) -> None:
+    """Body of one load client process: warm up, say ready, wait for go, ``loop(client, size,
+    seconds)`` (a native client's own loop keeps the interpreter out), print the count. ``connect()``
+    gives a client (a context manager with ``echo``)."""
+    with connect() as c:
+        for _ in range(warmup):
+            c.echo(bytes(size))
+        print("ready", flush=True)
+        sys.stdin.readline()   # start together
+        calls = loop(c, size, seconds)
+    print(calls, flush=True)
+
+
+def calls_per_second(client_argv: list[list[str]], seconds: float, what: str) -> float:
+    """Aggregate calls/s of one client process per ``python <argv>`` (each runs ``client_loop``)."""
+    procs = []
+    try:
+        for argv in client_argv:
+            procs.append(subprocess.Popen([sys.executable, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True, start_new_session=True))
+        for p in procs:
+            if p.stdout.readline().strip() != "ready":
+                p.kill()
+                last = (p.stderr.read().strip().splitlines() or ["(no output)"])[-1]
+                raise RuntimeError(f"{what} load client failed to start: {last}")
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        total = sum(int(p.stdout.readline()) for p in procs)
+        for p in procs:
+            p.wait(30)
+        return total / seconds
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
