@@ -205,7 +205,14 @@ class Server:
         self._pending[fd] = (conn, hs, time.monotonic() + self.limits.handshake_timeout)
 
     def _read_pending(self, fd: int) -> None:
-        conn, hs, _ = self._pending[fd]
+        entry = self._pending.get(fd)
+        if entry is None:        # readiness of a descriptor no longer pending (seen once in a test run
+            try:                 # whose connections closed fast): nothing to read for it here
+                self._sel.unregister(fd)
+            except (KeyError, ValueError):
+                pass
+            return
+        conn, hs, _ = entry
         try:
             data = conn.sock.recv(65536, socket.MSG_DONTWAIT)
         except BlockingIOError:

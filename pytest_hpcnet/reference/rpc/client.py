@@ -45,7 +45,22 @@ class _Slot:
         self.header = self.body = self.error = None
 
 
-class RpcClient:
+class TypedCalls:
+    """``call`` with protobuf messages over a client's ``call_raw`` (both implementations')."""
+
+    def call(self, method: str, request, response_type: type, timeout: float | None = None):
+        """Call ``method`` and return its parsed response; raises RpcTimeout / RpcRemoteError /
+        RpcConnectionLost."""
+        body = self.call_raw(method, request.SerializeToString(), timeout)
+        response = response_type()
+        try:
+            response.ParseFromString(body)
+        except DecodeError as e:
+            raise RpcRemoteError(type(e).__name__, f"cannot parse the {method} response: {e}") from None
+        return response
+
+
+class RpcClient(TypedCalls):
     """``RpcClient(("127.0.0.1", port)).echo(b"hi")``; ``call(method, request, response_type)``."""
 
     def __init__(self, address: tuple[str, int], transport: str = "tcp", buffers: str = "pooled",
@@ -87,17 +102,6 @@ class RpcClient:
         return self.conn.buffers
 
     # -- calls ---------------------------------------------------------------------------------
-    def call(self, method: str, request, response_type: type, timeout: float | None = None):
-        """Call ``method`` and return its parsed response; raises RpcTimeout / RpcRemoteError /
-        RpcConnectionLost."""
-        body = self.call_raw(method, request.SerializeToString(), timeout)
-        response = response_type()
-        try:
-            response.ParseFromString(body)
-        except DecodeError as e:
-            raise RpcRemoteError(type(e).__name__, f"cannot parse the {method} response: {e}") from None
-        return response
-
     def echo(self, payload: bytes, timeout: float | None = None) -> bytes:
         return self.call("echo", wire.EchoRequestProto(payload=payload), wire.EchoResponseProto,
                          timeout).payload

@@ -37,6 +37,7 @@ from ...errors import ConfigError
 from .. import native
 from ..buffers import BUFFERS, BufferStats
 from . import wire
+from .client import TypedCalls
 from .errors import RpcConnectionLost, RpcFatalError, RpcRemoteError, RpcTimeout
 from .server import IDLE_THRESHOLD
 
@@ -79,7 +80,7 @@ class _NativeBuffers:
         return BufferStats(**self._stats())
 
 
-class NativeRpcClient:
+class NativeRpcClient(TypedCalls):
     """``RpcClient``'s interface over the native client (tcp)."""
 
     impl = "native"
@@ -110,15 +111,6 @@ class NativeRpcClient:
             return self._c.call(method, request_bytes, self.timeout if timeout is None else timeout)
         except native.core.NativeError as e:
             _raise(e)
-
-    def call(self, method: str, request, response_type: type, timeout: float | None = None):
-        body = self.call_raw(method, request.SerializeToString(), timeout)
-        response = response_type()
-        try:
-            response.ParseFromString(body)
-        except DecodeError as e:
-            raise RpcRemoteError(type(e).__name__, f"cannot parse the {method} response: {e}") from None
-        return response
 
     def echo(self, payload: bytes, timeout: float | None = None) -> bytes:
         try:
