@@ -125,6 +125,15 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+def pytest_itemcollected(item):
+    # A test parametrized by claim id owns that claim: only it judges it (so a deselected paper-claim
+    # test leaves its claim 'not evaluated', never judged from another claim's measurements).
+    hs = item.config.stash.get(_KEY, None)
+    callspec = getattr(item, "callspec", None)
+    if hs is not None and callspec is not None:
+        hs.owned_claims.update(v for v in callspec.params.values() if isinstance(v, str) and v in hs.claims)
+
+
 def pytest_collection_modifyitems(session, config, items):
     hs = config.stash.get(_KEY, None)
     if hs is None:

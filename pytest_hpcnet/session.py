@@ -114,6 +114,7 @@ class HpcnetSession:
         self.measurements: list[Measurement] = []
         self.verdicts: list[dict] = []
         self.collected_paths: set[Path] = set()
+        self.owned_claims: set[str] = set()        # claim ids a collected test is parametrized by
         self.skips: dict[str, list[str]] = {}
         self.late_verdicts: list[Verdict] = []     # claims judged at the end from recorded measurements
 
@@ -232,12 +233,14 @@ class HpcnetSession:
 
     def worker_output(self) -> dict:
         return {"measurements": [m.to_json() for m in self.measurements], "verdicts": self.verdicts,
-                "collected": sorted(map(str, self.collected_paths)), "skips": self.skips}
+                "collected": sorted(map(str, self.collected_paths)), "skips": self.skips,
+                "owned": sorted(self.owned_claims)}
 
     def merge(self, output: dict) -> None:
         self.measurements += [Measurement.from_json(m) for m in output["measurements"]]
         self.verdicts += output["verdicts"]
         self.collected_paths.update(Path(p) for p in output["collected"])
+        self.owned_claims.update(output.get("owned", ()))
         for path, reasons in output.get("skips", {}).items():
             self.skips.setdefault(path, []).extend(reasons)
 
@@ -264,6 +267,10 @@ class HpcnetSession:
             missing = self.missing(claim.markers)
             if missing:
                 out.append(not_applicable(claim, missing).to_json())
+                continue
+            if claim.id in self.owned_claims:
+                out.append(not_evaluated(claim, "its own test did not judge it in this run (deselected, "
+                                                "skipped, or failed before the claim)").to_json())
                 continue
             try:
                 baseline, candidate = measured_sides(claim, self.measurements)

@@ -219,3 +219,39 @@ def test_a_claim_a_test_judged_is_not_judged_again(pytester, run_hpcnet, tmp_pat
     assert verdicts == [("demo.judged", "pass"), ("demo.late", "pass")]
     late = next(v for v in record["verdicts"] if v["claim_id"] == "demo.late")
     assert "test_m[3]" in late["reason"]
+
+
+OWNED_BY_TEST = """
+    import pytest
+    from pytest_hpcnet.measure import measurement
+
+    def _record(measure):
+        base = [10.0, 10.5, 9.8, 10.2, 10.1, 9.9]
+        ms = [measurement("demo.time", [b * f for b in base], unit="s", direction="lower", config=c,
+                          params={"i": 0}) for c, f in (("slow", 1.0), ("fast", 0.5))]
+        measure.record(*ms)
+        return ms
+
+    def test_measures(measure):
+        _record(measure)
+
+    @pytest.mark.parametrize("claim_id", ["demo.judged"])
+    def test_owner(claim_id, measure, claim):
+        claim(claim_id, *_record(measure))
+"""
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_a_claim_its_own_deselected_test_owns_is_not_judged_from_other_measurements(pytester, run_hpcnet,
+                                                                                     tmp_path, xdist):
+    """A test parametrized by a claim id owns that claim: deselected, the claim stays 'not evaluated' even
+    when another test measured the same configurations (as a paper claim's scale differs from another's)."""
+    (pytester.path / "mine.toml").write_text(DEMO_CLAIMS)
+    pytester.makepyfile(test_demo=OWNED_BY_TEST)
+    result = run_hpcnet("--hpcnet-claims=mine.toml", "-k", "measures", *xdist)
+    result.assert_outcomes(passed=1)   # (xdist reports no deselected count to the controller)
+    [record] = _records(tmp_path)
+    verdicts = {v["claim_id"]: v for v in record["verdicts"]}
+    assert verdicts["demo.judged"]["outcome"] == "not evaluated"
+    assert "its own test" in verdicts["demo.judged"]["reason"]
+    assert verdicts["demo.late"]["outcome"] != "pass"       # i=3 was not measured: not judged either
