@@ -13,6 +13,7 @@ raises ``ChecksumError`` (or ``DfsError``) naming the block, the datanodes and t
 from __future__ import annotations
 
 import os
+import threading
 
 from .. import auth
 from ..transport import TransportError, get_transport
@@ -37,10 +38,21 @@ class DfsClient:
         self.packet_size, self.bpc, self.timeout = packet_size, bpc, timeout
         self.node = node or os.environ.get("HPCNET_NODE")
         self._meta = None
+        # one metadata connection, one request/reply at a time: threads sharing a client (a writer and a
+        # reader, a test's background client) would otherwise read each other's replies
+        self._meta_lock = threading.Lock()
         self._datanodes: dict[tuple, object] = {}
 
     # -- the metadata service ------------------------------------------------------------------------
     def meta(self, op: str, **fields) -> dict:
+        with self._meta_lock:
+            reply = self._meta_request(op, fields)
+        if reply.get("status") != "ok":
+            cls = NoSuchFile if reply.get("kind") == "NoSuchFile" else DfsError
+            raise cls(reply.get("reason", f"{op} failed"))
+        return reply
+
+    def _meta_request(self, op: str, fields: dict) -> dict:
         if self._meta is None:
             try:
                 self._meta = auth.connect(get_transport("tcp"), self.meta_address, timeout=self.timeout)
@@ -53,9 +65,6 @@ class DfsClient:
             self._meta.close()
             self._meta = None
             raise DfsError(f"metadata service: {op} failed: {e}") from None
-        if reply.get("status") != "ok":
-            cls = NoSuchFile if reply.get("kind") == "NoSuchFile" else DfsError
-            raise cls(reply.get("reason", f"{op} failed"))
         return reply
 
     # -- files -------------------------------------------------------------------------------------
