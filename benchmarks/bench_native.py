@@ -24,6 +24,7 @@ import sys
 import time
 
 import numpy as np
+from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from pytest_hpcnet.workloads.local_processes import ServerProcess, client_loop, echo_for
 from pytest_hpcnet.workloads.local_processes import calls_per_second as local_calls_per_second
@@ -46,7 +47,7 @@ SERVERS = {
 def _require_native() -> None:
     from pytest_hpcnet.reference import native
     if not native.AVAILABLE:
-        raise NotImplementedError(native.WHY_NOT)   # asv: skipped, with the reason
+        raise SkipNotImplemented(native.WHY_NOT)   # asv skips the benchmark, saying why
 
 
 def _start_server(path: str) -> ServerProcess:
