@@ -26,7 +26,7 @@ import time
 import numpy as np
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from pytest_hpcnet.workloads.local_processes import ServerProcess, client_loop, echo_for
+from pytest_hpcnet.workloads.local_processes import ServerProcess, client_loop, echo_for, interleaved_rounds
 from pytest_hpcnet.workloads.local_processes import calls_per_second as local_calls_per_second
 
 PATHS = ("floor-native", "rpc-native", "rpc-native-shm", "rpc-python")
@@ -90,20 +90,13 @@ class _Timer:
 
 def side_by_side(size: int = 64, rounds: int = 9, calls: int = 400, paths=PATHS) -> dict:
     """{"samples": {path: [us]}, "round_p50": {path: [us per round]}} from one interleaved run."""
-    from pytest_hpcnet.measure import abba
     servers = {p: _start_server(p) for p in paths}
     timers = {}
     try:
         timers = {p: _Timer(p, servers[p].address, size) for p in paths}
         for t in timers.values():
             t.samples(max(50, calls // 2))   # warm-up
-        samples = {p: [] for p in paths}
-        round_p50 = {p: [] for p in paths}
-        for forward in abba(rounds):
-            for p in (paths if forward else paths[::-1]):
-                s = timers[p].samples(calls)
-                samples[p] += s
-                round_p50[p].append(float(np.median(s)))
+        samples, round_p50 = interleaved_rounds({p: timers[p].samples for p in paths}, rounds, calls)
     finally:
         for t in timers.values():
             t.close()

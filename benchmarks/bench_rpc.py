@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from pytest_hpcnet.workloads.local_processes import ServerProcess, client_loop
+from pytest_hpcnet.workloads.local_processes import ServerProcess, client_loop, interleaved_rounds
 from pytest_hpcnet.workloads.local_processes import calls_per_second as local_calls_per_second
 
 FLOOR_SERVER = ["-m", "pytest_hpcnet.workloads.socket_floor", "serve", "--port", "0"]
@@ -171,7 +171,7 @@ class BufferDesignLatency:
 def compare(size: int, rounds: int, calls: int, clients: int, seconds: float, dispatch: str = "auto") -> int:
     from tabulate import tabulate
 
-    from pytest_hpcnet.measure import abba, summarize
+    from pytest_hpcnet.measure import summarize
 
     paths = ["floor", "tcp", "shm"]
     servers = {p: _start_server(p, handlers=8, dispatch=dispatch) for p in paths}
@@ -179,13 +179,7 @@ def compare(size: int, rounds: int, calls: int, clients: int, seconds: float, di
         pingers = {p: _Pinger(p, servers[p].address, size) for p in paths}
         for p in paths:
             pingers[p].samples_us(300)
-        samples = {p: [] for p in paths}
-        round_p50 = {p: [] for p in paths}
-        for forward in abba(rounds):
-            for p in (paths if forward else paths[::-1]):
-                s = pingers[p].samples_us(calls)
-                samples[p] += s
-                round_p50[p].append(np.median(s))
+        samples, round_p50 = interleaved_rounds({p: pingers[p].samples_us for p in paths}, rounds, calls)
         for p in paths:
             pingers[p].close()
         rows = []

@@ -306,6 +306,15 @@ fn fatal(code: u64, call_id: i32, message: String) -> Close {
     Close::Fatal { code, call_id, message }
 }
 
+/// The next delimited RpcRequestHeaderProto of a packet; FATAL (no call id yet) when it is not one.
+fn request_header<'a>(cur: &mut Cursor<'a>) -> Result<RequestHeader<'a>, Close> {
+    let hbytes = cur.delimited()
+        .map_err(|e| fatal(wire::FATAL_DESERIALIZING_REQUEST, wire::INVALID_CALL_ID, e))?;
+    RequestHeader::parse(hbytes).map_err(|e| fatal(
+        wire::FATAL_INVALID_RPC_HEADER, wire::INVALID_CALL_ID,
+        format!("cannot parse RpcRequestHeaderProto: {e}")))
+}
+
 fn code_name(code: u64) -> &'static str {
     match code {
         wire::FATAL_UNSUPPORTED_SERIALIZATION => "FATAL_UNSUPPORTED_SERIALIZATION",
@@ -647,11 +656,7 @@ impl EventLoop {
 
     fn context(&mut self, id: usize, packet: &[u8]) -> Result<(), Close> {
         let mut cur = Cursor::new(packet);
-        let hbytes = cur.delimited()
-            .map_err(|e| fatal(wire::FATAL_DESERIALIZING_REQUEST, wire::INVALID_CALL_ID, e))?;
-        let header = RequestHeader::parse(hbytes).map_err(|e| fatal(
-            wire::FATAL_INVALID_RPC_HEADER, wire::INVALID_CALL_ID,
-            format!("cannot parse RpcRequestHeaderProto: {e}")))?;
+        let header = request_header(&mut cur)?;
         if header.call_id != wire::CONNECTION_CONTEXT_CALL_ID {
             return Err(fatal(wire::FATAL_INVALID_RPC_HEADER, wire::INVALID_CALL_ID, format!(
                 "first packet has callId {}, expected connection context -3", header.call_id)));
@@ -678,11 +683,7 @@ impl EventLoop {
         let shared = &self.shared;
         let c = self.conns.get_mut(&id).expect("connection");
         let mut cur = Cursor::new(packet);
-        let hbytes = cur.delimited()
-            .map_err(|e| fatal(wire::FATAL_DESERIALIZING_REQUEST, wire::INVALID_CALL_ID, e))?;
-        let header = RequestHeader::parse(hbytes).map_err(|e| fatal(
-            wire::FATAL_INVALID_RPC_HEADER, wire::INVALID_CALL_ID,
-            format!("cannot parse RpcRequestHeaderProto: {e}")))?;
+        let header = request_header(&mut cur)?;
         let call_id = header.call_id;
         if call_id == wire::PING_CALL_ID {
             shared.counters.pings.fetch_add(1, Ordering::Relaxed);

@@ -15,6 +15,10 @@ import sys
 import time
 from typing import Callable
 
+import numpy as np
+
+from ..measure import abba
+
 
 class ServerProcess:
     """``python <args>`` in its own session; ``address`` is parsed from its first line with ``pattern``
@@ -88,3 +92,17 @@ def calls_per_second(client_argv: list[list[str]], seconds: float, what: str) ->
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+
+
+def interleaved_rounds(timers: dict, rounds: int, calls: int) -> tuple[dict, dict]:
+    """``timers[path](n)`` times n round trips (us); each round times every path in ABBA order. Returns
+    every sample and each round's median, per path, so ratios can be taken round by round."""
+    paths = list(timers)
+    samples = {p: [] for p in paths}
+    round_p50 = {p: [] for p in paths}
+    for forward in abba(rounds):
+        for p in (paths if forward else paths[::-1]):
+            s = timers[p](calls)
+            samples[p] += s
+            round_p50[p].append(float(np.median(s)))
+    return samples, round_p50

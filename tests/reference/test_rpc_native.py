@@ -1,7 +1,7 @@
-"""The native core (``impl=native``): byte-exact against the hand-built golden packets, its resource
-bounds, Python-dispatched methods, and the fallback where the module is absent. The behaviour shared
-with the Python implementation (framing, errors, timeouts, malformed input, 110 connections, across
-implementations) is suites/rpc/test_conformance.py's."""
+"""The native core (``impl=native``): its resource bounds, Python-dispatched methods, and the fallback
+where the module is absent. The behaviour shared with the Python implementation (framing, errors,
+timeouts, malformed input, 110 connections, across implementations) is suites/rpc/test_conformance.py's;
+the hand-built golden packets, for both implementations, tests/reference/test_rpc_wire.py's."""
 
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ import pytest
 from pytest_hpcnet.reference import native
 from pytest_hpcnet.reference.rpc import RpcConnectionLost, RpcRemoteError, make_client, make_server, wire
 
-from test_rpc_wire import (CLIENT_ID, GOLDEN_CALL, GOLDEN_CONTEXT, GOLDEN_PREAMBLE, GOLDEN_RESPONSE,
-                            _recv_exact)
+from test_rpc_wire import CLIENT_ID, GOLDEN_CONTEXT, GOLDEN_PREAMBLE, _recv_exact
 
 pytestmark = pytest.mark.skipif(not native.AVAILABLE, reason=native.WHY_NOT or "native core absent")
 E = wire.RpcResponseHeaderProto
@@ -40,33 +39,6 @@ def _closed_within(sock: socket.socket, seconds: float) -> bool:
         return False
     except ConnectionError:
         return True
-
-
-def test_native_server_answers_the_hand_built_connection_and_call_byte_for_byte(server):
-    with socket.create_connection(server.address, timeout=10) as s:
-        s.sendall(GOLDEN_PREAMBLE + GOLDEN_CONTEXT + GOLDEN_CALL)
-        assert _recv_exact(s, len(GOLDEN_RESPONSE)) == GOLDEN_RESPONSE
-
-
-def test_native_client_sends_the_hand_built_bytes_and_understands_the_hand_built_response():
-    listener = socket.create_server(("127.0.0.1", 0))
-    seen = {}
-
-    def fake_server():
-        conn, _ = listener.accept()
-        with conn:
-            conn.settimeout(10)
-            seen["bytes"] = _recv_exact(conn, len(GOLDEN_PREAMBLE + GOLDEN_CONTEXT + GOLDEN_CALL))
-            conn.sendall(GOLDEN_RESPONSE)
-            conn.recv(1)
-    th = threading.Thread(target=fake_server, daemon=True)
-    th.start()
-    with make_client(listener.getsockname(), impl="native", user="alice", client_id=CLIENT_ID,
-                     timeout=10) as client:
-        assert client.echo(b"hi") == b"hi"
-    th.join(10)
-    listener.close()
-    assert seen["bytes"] == GOLDEN_PREAMBLE + GOLDEN_CONTEXT + GOLDEN_CALL
 
 
 def test_pipelined_calls_in_one_segment_are_all_answered_in_order(server):

@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from pytest_hpcnet.reference.rpc import RpcClient, RpcServer, wire
+from pytest_hpcnet.reference import native
+from pytest_hpcnet.reference.rpc import RpcServer, make_client, make_server, wire
 
 CLIENT_ID = bytes(range(16))
 PROTOCOL = b"org.pytest_hpcnet.rpc.EchoProtocol"
@@ -56,14 +57,21 @@ def _recv_exact(sock, n):
     return data
 
 
-def test_server_answers_a_hand_built_connection_and_call_byte_for_byte():
-    with RpcServer() as server:
+# Both implementations against the same hand-built bytes (the native core where it is built).
+IMPLS = ["python", pytest.param("native", marks=pytest.mark.skipif(not native.AVAILABLE,
+                                                                   reason=native.WHY_NOT or "native core absent"))]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_server_answers_a_hand_built_connection_and_call_byte_for_byte(impl):
+    with make_server(impl) as server:
         with socket.create_connection(server.address, timeout=10) as s:
             s.sendall(GOLDEN_PREAMBLE + GOLDEN_CONTEXT + GOLDEN_CALL)
             assert _recv_exact(s, len(GOLDEN_RESPONSE)) == GOLDEN_RESPONSE
 
 
-def test_client_sends_the_hand_built_bytes_and_understands_the_hand_built_response():
+@pytest.mark.parametrize("impl", IMPLS)
+def test_client_sends_the_hand_built_bytes_and_understands_the_hand_built_response(impl):
     listener = socket.create_server(("127.0.0.1", 0))
     seen = {}
 
@@ -76,7 +84,7 @@ def test_client_sends_the_hand_built_bytes_and_understands_the_hand_built_respon
             conn.recv(1)   # wait for the client to close
     th = threading.Thread(target=fake_server, daemon=True)
     th.start()
-    with RpcClient(listener.getsockname(), user="alice", client_id=CLIENT_ID, timeout=10) as client:
+    with make_client(listener.getsockname(), impl=impl, user="alice", client_id=CLIENT_ID, timeout=10) as client:
         assert client.echo(b"hi") == b"hi"
     th.join(10)
     listener.close()
