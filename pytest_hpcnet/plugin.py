@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from . import hookspec, options
+from .cluster import launcher as launcher_registry
 from .cluster.reaper import interrupt_on_signals
 from .errors import HpcnetError
 from .hardware import FEATURES
@@ -19,6 +20,7 @@ from .targets.hadoop.budget import TEST_S as HADOOP_TEST_S
 
 _KEY = pytest.StashKey[HpcnetSession]()
 _RESTORE = pytest.StashKey[object]()
+_HOOK_LAUNCHERS = pytest.StashKey[list]()
 
 
 class ClaimWarning(UserWarning):
@@ -66,6 +68,7 @@ def pytest_configure(config):
         return
     workerinput = getattr(config, "workerinput", None)
     try:
+        config.stash[_HOOK_LAUNCHERS] = launcher_registry.register_from_hook(config.hook.pytest_hpcnet_launchers())
         session = HpcnetSession(_settings(config), rootdir=config.rootpath, args=list(config.args),
                                 worker_probes=workerinput.get("hpcnet_probes") if workerinput else None)
     except HpcnetError as e:
@@ -106,6 +109,8 @@ def pytest_unconfigure(config):
             session.close()
     finally:
         config.stash.get(_RESTORE, lambda: None)()
+        for cls in config.stash.get(_HOOK_LAUNCHERS, []):
+            launcher_registry.unregister(cls)
 
 
 def _session(config) -> HpcnetSession:

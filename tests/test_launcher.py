@@ -258,3 +258,161 @@ def test_ssh_hands_secrets_to_the_remote_command_on_stdin_not_argv(tmp_path, fak
         assert "s3cr3t-run" not in argv and "t0ken" not in argv and "A=plain" in argv
     finally:
         launcher.close()
+
+
+# -- the registry: one class per name; third parties through entry points or the hook -----------------
+class _Echoing(LocalLauncher):
+    name = "test-echoing"
+
+
+def test_registering_a_second_class_under_a_taken_name_is_refused_in_one_line():
+    from pytest_hpcnet.cluster.launcher import register
+    from pytest_hpcnet.errors import ConfigError
+
+    class Impostor(LocalLauncher):
+        name = "local"
+
+    with pytest.raises(ConfigError) as e:
+        register(Impostor)
+    message = str(e.value)
+    assert "\n" not in message
+    assert "'local' is taken by pytest_hpcnet.cluster.launcher.LocalLauncher" in message
+    assert "Impostor" in message
+    assert LAUNCHERS["local"] is LocalLauncher
+
+
+def test_registering_the_same_class_again_is_harmless_and_unregister_removes_it():
+    from pytest_hpcnet.cluster.launcher import register, unregister
+    try:
+        assert register(_Echoing) is _Echoing
+        assert register(_Echoing) is _Echoing
+        assert LAUNCHERS["test-echoing"] is _Echoing
+    finally:
+        unregister(_Echoing)
+    assert "test-echoing" not in LAUNCHERS
+
+
+def test_a_launcher_without_a_name_or_start_is_refused():
+    from pytest_hpcnet.cluster.launcher import register
+    from pytest_hpcnet.errors import ConfigError
+
+    class Nameless(LocalLauncher):
+        name = ""
+
+    class NoStart:
+        name = "test-nostart"
+
+        def close(self):
+            pass
+
+    with pytest.raises(ConfigError, match="non-empty string class attribute 'name'"):
+        register(Nameless)
+    with pytest.raises(ConfigError, match="lacks start"):
+        register(NoStart)
+
+
+THIRD_PARTY = '''
+from pytest_hpcnet.cluster.launcher import LocalLauncher
+
+
+class TaggingLauncher(LocalLauncher):
+    """Local processes that see HPCNET_VIA=tagging: proves which launcher started them."""
+    name = "tagging"
+
+    def start(self, node, argv, *, env=None, cwd=None):
+        return super().start(node, argv, env={**(env or {}), "HPCNET_VIA": "tagging"}, cwd=cwd)
+'''
+
+
+def _install_fake_distribution(where: Path, entry_points: str) -> None:
+    """A distribution as an installer leaves it: a module plus a dist-info with entry_points.txt."""
+    (where / "vendor_launch.py").write_text(THIRD_PARTY)
+    info = where / "vendor_launch-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vendor-launch\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(entry_points)
+
+
+def test_entry_points_register_third_party_launchers(tmp_path, monkeypatch):
+    from pytest_hpcnet.cluster import launcher as registry
+    _install_fake_distribution(tmp_path, "[pytest_hpcnet.launchers]\ntagging = vendor_launch:TaggingLauncher\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        found = registry.load_entry_points()
+        assert [cls.name for cls in found] == ["tagging"]
+        launcher = registry.launcher_for("tagging")(logdir=tmp_path / "logs")
+        node = local_cluster(1, tmp_path / "cluster").nodes[0]
+        try:
+            code, out, _ = run(launcher, node, ["sh", "-c", "echo $HPCNET_VIA"], timeout=30)
+        finally:
+            launcher.close()
+        assert (code, out.strip()) == (0, "tagging")
+    finally:
+        for cls in list(LAUNCHERS.values()):
+            if cls.__module__ == "vendor_launch":
+                registry.unregister(cls)
+
+
+def test_an_entry_point_whose_name_differs_from_the_launchers_or_that_clashes_is_refused(tmp_path, monkeypatch):
+    from pytest_hpcnet.cluster import launcher as registry
+    from pytest_hpcnet.errors import ConfigError
+    _install_fake_distribution(tmp_path, "[pytest_hpcnet.launchers]\nlocal = vendor_launch:TaggingLauncher\n"
+                                         "broken = vendor_launch:Missing\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from importlib import metadata
+    eps = list(metadata.entry_points(group=registry.ENTRY_POINT_GROUP))
+    by_name = {ep.name: ep for ep in eps if ep.value.startswith("vendor_launch:")}
+    with pytest.raises(ConfigError, match=r"entry point local = vendor_launch:TaggingLauncher .*names launcher "
+                                          r"'tagging'; the entry point's name must be the launcher's name"):
+        registry.load_entry_points([by_name["local"]])
+    with pytest.raises(ConfigError, match=r"entry point broken = vendor_launch:Missing .*cannot load: AttributeError"):
+        registry.load_entry_points([by_name["broken"]])
+    assert LAUNCHERS["local"] is LocalLauncher
+
+
+def test_an_inventory_can_name_a_launcher_a_conftest_adds_through_the_hook(pytester, tmp_path):
+    """The hook end to end: the conftest's launcher starts the probe and the test's command."""
+    pytester.makeconftest(THIRD_PARTY + '''
+
+def pytest_hpcnet_launchers():
+    return [TaggingLauncher]
+''')
+    pytester.makefile(".toml", cluster=f'''
+[cluster]
+launcher = "tagging"
+workdir = "{tmp_path / 'nodes'}"
+
+[[nodes]]
+name = "n0"
+host = "localhost"
+addresses = {{ eth = "127.0.0.1" }}
+''')
+    pytester.makepyfile('''
+def test_tagged(cluster, launchers):
+    node = cluster.nodes[0]
+    code, out, err = launchers.run(node, ["sh", "-c", "echo $HPCNET_VIA"], timeout=30)
+    assert (code, out.strip()) == (0, "tagging"), err
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--hpcnet-cluster=cluster.toml",
+                                           f"--hpcnet-report={tmp_path / 'report'}", timeout=240)
+    result.assert_outcomes(passed=1)
+
+
+def test_a_hook_launcher_clashing_with_a_built_in_one_is_a_usage_error(pytester, tmp_path):
+    pytester.makeconftest('''
+from pytest_hpcnet.cluster.launcher import LocalLauncher
+
+
+class Clash(LocalLauncher):
+    name = "ssh"
+
+
+def pytest_hpcnet_launchers():
+    return [Clash]
+''')
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--hpcnet-report={tmp_path / 'report'}",
+                                           timeout=240)
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*pytest-hpcnet: *launcher name 'ssh' is taken by "
+                                 "pytest_hpcnet.cluster.ssh.SshLauncher; refusing conftest.Clash*"])

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from ..errors import ConfigError
-from .launcher import LAUNCHERS, Launcher, Process, launcher_for, register, run  # noqa: F401
+from .launcher import LAUNCHERS, Launcher, Process, known_launchers, launcher_for, register, run  # noqa: F401
 from .model import Cluster, Node
 from . import ssh  # noqa: F401  (registers the "ssh" launcher)
 from . import netns  # noqa: F401  (registers the "netns" launcher)

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ConfigError
-from .launcher import LAUNCHERS
+from .launcher import known_launchers
 from .model import Cluster, Node
 
 
@@ -90,8 +90,8 @@ def _addresses(value: Any, base: Path) -> dict[str, str]:
 
 def _launcher(value: Any, base: Path) -> str:
     name = _string(value, base)
-    if name not in LAUNCHERS:
-        raise _Bad(f"unknown launcher {name!r} (known: {', '.join(sorted(LAUNCHERS))})")
+    if name not in known_launchers():
+        raise _Bad(f"unknown launcher {name!r} (known: {', '.join(sorted(known_launchers()))})")
     return name
 
 
@@ -149,15 +149,15 @@ class _Table:
         for key, value in self.raw.items():
             if key in fields:
                 values[key] = self._convert(key, value, fields[key])
-            elif key in LAUNCHERS and isinstance(value, dict):
+            elif key in known_launchers() and isinstance(value, dict):
                 settings[key] = self._read_settings(key, value)
             else:
-                known = sorted(fields) + [f"[{name}] settings table" for name in sorted(LAUNCHERS)]
+                known = sorted(fields) + [f"[{name}] settings table" for name in sorted(known_launchers())]
                 raise self.error(key, f"unknown key (known: {', '.join(known)})")
         return values, settings
 
     def _read_settings(self, launcher: str, raw: dict) -> dict[str, Any]:
-        schema = getattr(LAUNCHERS[launcher], "settings", {})
+        schema = getattr(known_launchers()[launcher], "settings", {})
         out = {}
         for key, value in raw.items():
             field = f"{launcher}.{key}"

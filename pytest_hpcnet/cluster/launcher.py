@@ -4,6 +4,11 @@ A ``Launcher`` starts a command on a node and hands back a ``Process``. Backends
 ``LAUNCHERS`` (keyed by the inventory's ``launcher`` field); ``local`` runs subprocesses on this host,
 others (netns, ssh, slurm) add themselves with ``@register``. Every launcher remembers what it started
 so ``close()`` can kill it all: the plugin calls it on success, failure and Ctrl-C.
+
+A third party adds a launcher without editing this package: its distribution names the class under the
+entry point group ``pytest_hpcnet.launchers`` (loaded on the first lookup, ``known_launchers()``), or a
+conftest/plugin implements the ``pytest_hpcnet_launchers`` hook (see ``hookspec``). A name is taken
+once: registering a second class under it is refused, in one line naming both classes.
 """
 
 from __future__ import annotations
@@ -44,11 +49,75 @@ class Launcher(Protocol):
 
 
 LAUNCHERS: dict[str, type] = {}
+ENTRY_POINT_GROUP = "pytest_hpcnet.launchers"
+_entry_points_loaded = False
 
 
-def register(cls):
-    LAUNCHERS[cls.name] = cls
+def _qualname(cls) -> str:
+    return f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', repr(cls))}"
+
+
+def register(cls, origin: str | None = None):
+    """Add a launcher class under ``cls.name``. Registering the same class again is a no-op; another
+    class under a name already taken is a ``ConfigError`` (``origin`` says where the newcomer came from)."""
+    name = getattr(cls, "name", None)
+    where = origin or _qualname(cls)
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"a launcher needs a non-empty string class attribute 'name', "
+                          f"{_qualname(cls)} has {name!r}", where)
+    if not callable(getattr(cls, "start", None)) or not callable(getattr(cls, "close", None)):
+        raise ConfigError(f"launcher {name!r} ({_qualname(cls)}) lacks start() or close()", where)
+    taken = LAUNCHERS.get(name)
+    if taken is not None and taken is not cls:
+        raise ConfigError(f"launcher name {name!r} is taken by {_qualname(taken)}; "
+                          f"refusing {_qualname(cls)}", where)
+    LAUNCHERS[name] = cls
     return cls
+
+
+def unregister(cls) -> None:
+    """Remove ``cls`` if it is the class registered under its name (a plugin going away)."""
+    if LAUNCHERS.get(getattr(cls, "name", None)) is cls:
+        del LAUNCHERS[cls.name]
+
+
+def load_entry_points(entry_points=None) -> list[type]:
+    """Register every launcher the installed distributions name under ``pytest_hpcnet.launchers``
+    (``name = "module:Class"``; the entry point's name must be the class's ``name``). Returns them."""
+    from importlib import metadata
+    found = []
+    eps = metadata.entry_points(group=ENTRY_POINT_GROUP) if entry_points is None else entry_points
+    for ep in eps:
+        where = f"entry point {ep.name} = {ep.value} (group {ENTRY_POINT_GROUP})"
+        try:
+            cls = ep.load()
+        except Exception as e:  # a broken third-party package: say which, in one line
+            raise ConfigError(f"cannot load: {type(e).__name__}: {e}", where) from None
+        if getattr(cls, "name", None) != ep.name:
+            raise ConfigError(f"names launcher {getattr(cls, 'name', None)!r}; the entry point's name must "
+                              f"be the launcher's name", where)
+        found.append(register(cls, where))
+    return found
+
+
+def register_from_hook(results, where: str = "pytest_hpcnet_launchers hook") -> list[type]:
+    """Register what implementations of the ``pytest_hpcnet_launchers`` hook returned (one list of
+    classes each); returns the classes newly added, for ``unregister`` when the run ends."""
+    added = []
+    for classes in results:
+        for cls in classes or ():
+            if LAUNCHERS.get(getattr(cls, "name", None)) is not cls:
+                added.append(register(cls, where))
+    return added
+
+
+def known_launchers() -> dict[str, type]:
+    """Every launcher: the built-in ones, those registered so far, and (once) the entry points'."""
+    global _entry_points_loaded
+    if not _entry_points_loaded:
+        _entry_points_loaded = True
+        load_entry_points()
+    return LAUNCHERS
 
 
 def node_argv(node: Node, argv: Sequence[str]) -> list[str]:
@@ -61,10 +130,11 @@ def node_argv(node: Node, argv: Sequence[str]) -> list[str]:
 
 
 def launcher_for(name: str, where: str | None = None):
+    known = known_launchers()
     try:
-        return LAUNCHERS[name]
+        return known[name]
     except KeyError:
-        raise ConfigError(f"unknown launcher {name!r} (known: {', '.join(sorted(LAUNCHERS))})",
+        raise ConfigError(f"unknown launcher {name!r} (known: {', '.join(sorted(known))})",
                           where) from None
 
 
