@@ -12,7 +12,6 @@ import argparse
 import importlib
 import sys
 
-from .errors import HpcnetError
 
 # Modules that provide add_commands(subparsers); add yours here.
 COMMAND_MODULES = (
@@ -50,17 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, label: str) -> int:
     """Run a parsed subcommand: a library error is one line on stderr and exit status 2."""
-    try:
-        return int(args.func(args) or 0)
-    except HpcnetError as e:
-        print(f"{label}: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:   # a path the user named cannot be read or written: say which, in one line
-        where = f"{e.filename}: " if e.filename else ""
-        print(f"{label}: {where}{e.strerror or e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    from .cluster.nodeprogram import run_guarded
+    return run_guarded(lambda: args.func(args), label)
 
 
 def main(argv: list[str] | None = None) -> int:

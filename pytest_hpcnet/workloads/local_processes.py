@@ -1,14 +1,13 @@
 """Servers and load clients as local processes, for the benchmarks run on one box (benchmarks/bench_*.py).
 
-A server runs in its own session and prints its address on its first line; the load clients warm up,
-say ``ready``, start together on ``go`` and print how many calls they made. (The suites start theirs
+A server runs in its own session and announces its address (``cluster.nodeprogram``); the load clients
+warm up, announce ``ready``, start together on ``go`` and print how many calls they made. (The suites start theirs
 on cluster nodes through the launchers instead: ``workloads.rpc``.)
 """
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -17,22 +16,23 @@ from typing import Callable
 
 import numpy as np
 
+from ..cluster.nodeprogram import announce, await_ready
+from ..errors import LaunchError
 from ..measure import abba
 
 
 class ServerProcess:
-    """``python <args>`` in its own session; ``address`` is parsed from its first line with ``pattern``
-    (host and port groups)."""
+    """``python <args>`` in its own session; ``address`` is the one it announces (``await_ready``).
+    ``pattern`` is ignored: it was the regex each caller used to parse the line (issue 18)."""
 
-    def __init__(self, args: list[str], pattern: str, what: str):
+    def __init__(self, args: list[str], pattern: str | None = None, what: str = "server"):
         self.proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-        line = self.proc.stdout.readline()
-        m = re.match(pattern, line)
-        if not m:
+        try:
+            self.address = await_ready(self.proc).address
+        except LaunchError as e:
             self.stop()
-            raise RuntimeError(f"{what} server did not start: {line!r}")
-        self.address = (m.group(1), int(m.group(2)))
+            raise RuntimeError(f"{what} server did not start: {e}") from None
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -62,7 +62,7 @@ def client_loop(connect: Callable, size: int, seconds: float, loop: Callable = e
     with connect() as c:
         for _ in range(warmup):
             c.echo(bytes(size))
-        print("ready", flush=True)
+        announce("ready")
         sys.stdin.readline()   # start together
         calls = loop(c, size, seconds)
     print(calls, flush=True)
@@ -76,10 +76,10 @@ def calls_per_second(client_argv: list[list[str]], seconds: float, what: str) ->
             procs.append(subprocess.Popen([sys.executable, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True, start_new_session=True))
         for p in procs:
-            if p.stdout.readline().strip() != "ready":
-                p.kill()
-                last = (p.stderr.read().strip().splitlines() or ["(no output)"])[-1]
-                raise RuntimeError(f"{what} load client failed to start: {last}")
+            try:
+                await_ready(p, "ready", timeout=120)
+            except LaunchError as e:
+                raise RuntimeError(f"{what} load client failed to start: {e}") from None
         for p in procs:
             p.stdin.write("go\n")
             p.stdin.flush()

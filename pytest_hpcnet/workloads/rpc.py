@@ -41,8 +41,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-from ..cluster.reaper import start_watchdog
-from ..cluster.pool import Launchers, finish, wait_for_line
+from ..cluster.nodeprogram import announce, await_ready, node_main, serve_until_signalled
+from ..cluster.pool import Launchers, finish
 from ..errors import HpcnetError
 from ..measure import abba
 
@@ -61,7 +61,6 @@ CLIENT_COUNTS = (1, 2, 4, 8, 16)
 CONFIGS = (("tcp", "pooled"), ("tcp", "naive"), ("shm", "pooled"), ("shm", "naive"))
 # the native core's tcp configurations, named ``...,impl=native`` (shm works natively too, same host only)
 NATIVE_CONFIGS = (("tcp", "pooled", "eth", "native"), ("tcp", "naive", "eth", "native"))
-LISTENING = r"^listening on (\S+) (\S+):(\d+) "
 
 
 def config_name(transport: str, buffers: str, network: str = "eth", impl: str = "python") -> str:
@@ -126,11 +125,11 @@ def start_server(launchers: Launchers, node, *, transport: str, buffers: str, ne
         argv += ["--max-data-length", str(max_data_length)]
     proc = launchers.start(node, argv)
     try:
-        m = wait_for_line(proc, LISTENING)
+        ready = await_ready(proc)
     except BaseException:
         proc.kill()
         raise
-    return Served(transport, buffers, m.group(2), int(m.group(3)), proc, network, impl)
+    return Served(transport, buffers, ready.host, ready.port, proc, network, impl)
 
 
 @contextlib.contextmanager
@@ -353,7 +352,7 @@ def throughput(launchers: Launchers, server_node, client_node, start_dir, *, con
             "--size", str(size), "--start-file", start_file]) for i in range(nprocs)]
         try:
             for p in procs:
-                wait_for_line(p, r"^ready$", timeout=120)
+                await_ready(p, "ready", timeout=120)
             # time zero a little ahead, so every client is polling for it when it comes
             launchers.run(client_node, [sys.executable, "-c",
                                         f"import time; open({start_file!r}, 'w').write(str(time.time() + 0.2))"],
@@ -394,7 +393,7 @@ def _load(specs: list[str], index: int, counts: list[int], rounds: int, seconds:
         for c in clients.values():
             for _ in range(20):
                 c.echo(payload)
-        print("ready", flush=True)
+        announce("ready")
         while not os.path.exists(start_file):
             time.sleep(0.002)
         time.sleep(0.01)   # the writer may still be writing
@@ -429,10 +428,7 @@ def _load(specs: list[str], index: int, counts: list[int], rounds: int, seconds:
 
 # -- processes --------------------------------------------------------------------------------
 def _serve(args) -> int:
-    start_watchdog()   # exits when the controller that started it is gone (see cluster.reaper)
-    import signal
     import struct
-    import threading
 
     from ..reference.rpc import make_server, wire
 
@@ -444,23 +440,15 @@ def _serve(args) -> int:
     def fail(request):
         raise ValueError(request.payload.decode(errors="replace"))
 
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     options = {"max_data_length": args.max_data_length} if args.max_data_length else {}
     server = make_server(args.impl, transport=args.transport, host=args.host, port=args.port,
                          buffers=args.buffers, handlers=args.handlers, dispatch=args.dispatch, **options)
     server.register("sleepEcho", wire.EchoRequestProto, sleep_echo)
     server.register("fail", wire.EchoRequestProto, fail)
     server.start()
-    host, port = server.address
-    print(f"listening on {args.transport} {host}:{port} (buffers={args.buffers}, "
-          f"impl={getattr(server, 'impl', 'python')})", flush=True)
-    try:
-        while not stop.wait(0.5):
-            pass
-    finally:
-        server.stop()
+    serve_until_signalled(server.stop, ready=lambda: announce(
+        "listening", transport=args.transport, address=server.address, buffers=args.buffers,
+        impl=getattr(server, "impl", "python")))
     return 0
 
 
@@ -490,11 +478,14 @@ def main(argv=None) -> int:
     ld.add_argument("--seconds", type=float, default=0.4)
     ld.add_argument("--size", type=int, default=64)
     ld.add_argument("--start-file", required=True)
-    args = parser.parse_args(argv)
+    return node_main(parser, _run, argv, label="rpc workload")
+
+
+def _run(args) -> int:
+    if args.cmd == "serve":
+        return _serve(args)
+    specs = args.servers.split(",")
     try:
-        if args.cmd == "serve":
-            return _serve(args)
-        specs = args.servers.split(",")
         if args.cmd == "sweep":
             result = _sweep(specs, [int(x) for x in args.sizes.split(",")], args.rounds, args.iterations,
                             args.warmup)

@@ -12,10 +12,11 @@ import json
 import socket
 import struct
 import sys
+import threading
 import time
 
-from ..cluster.reaper import start_watchdog
-from ..cluster.pool import Launchers, finish, wait_for_line
+from ..cluster.nodeprogram import announce, await_ready, node_main, serve_until_signalled
+from ..cluster.pool import Launchers, finish
 from ..measure import Measurement, measurement
 from ..sockets import recv_exact
 
@@ -29,34 +30,38 @@ def _tune(sock: socket.socket) -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+def _announce(host: str, port: int, impl: str) -> None:
+    announce("listening", transport="tcp", address=(host, port), impl=impl)
+    # The same address in the shape benchmarks/common.py still matches with its own regex; goes when
+    # the benchmarks await the announcement (issue 18).
+    print(f"listening {host} {port}", flush=True)
+
+
 def serve(host: str, port: int) -> None:
-    """Echo messages until killed; one connection at a time is all a ping-pong needs."""
-    start_watchdog()   # exits when the controller that started it is gone (see cluster.reaper)
-    with socket.create_server((host, port)) as listener:
-        print(f"listening {host} {listener.getsockname()[1]}", flush=True)
+    """Echo messages until SIGTERM/SIGINT; one connection at a time is all a ping-pong needs."""
+    listener = socket.create_server((host, port))
+
+    def accept_loop():
         while True:
-            conn, _ = listener.accept()
+            try:
+                conn, _ = listener.accept()
+            except OSError:   # the listener was closed: shutting down
+                return
             with conn:
                 _tune(conn)
                 _echo(conn)
 
+    threading.Thread(target=accept_loop, name="floor-accept", daemon=True).start()
+    serve_until_signalled(listener.close, ready=lambda: _announce(host, listener.getsockname()[1], "python"))
+
 
 def serve_native(host: str, port: int) -> None:
     """The same echo server from the native core (``impl=native``): no interpreter on the server side
-    of a ping-pong; runs until killed."""
-    import signal
-    import threading
-
+    of a ping-pong; runs until SIGTERM/SIGINT."""
     from ..reference import native
     native.require("--impl")
     server = native.core.FloorServer(host, port)
-    print(f"listening {host} {server.address[1]}", flush=True)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    while not stop.wait(0.5):
-        pass
-    server.stop()
+    serve_until_signalled(server.stop, ready=lambda: _announce(host, server.address[1], "native"))
 
 
 def _echo(conn: socket.socket) -> None:
@@ -108,7 +113,7 @@ def run(launchers: Launchers, server, client, *, sizes=DEFAULT_SIZES, iterations
     srv = launchers.start(server, [sys.executable, "-m", __name__, "serve", "--host", host, "--port", "0",
                                    "--impl", impl])
     try:
-        port = int(wait_for_line(srv, r"^listening \S+ (\d+)$").group(1))
+        port = await_ready(srv).port
         cli = launchers.start(client, [sys.executable, "-m", __name__, "ping", "--host", host,
                                        "--port", str(port), "--sizes", ",".join(map(str, sizes)),
                                        "--iterations", str(iterations), "--warmup", str(warmup),
@@ -124,7 +129,7 @@ def run(launchers: Launchers, server, client, *, sizes=DEFAULT_SIZES, iterations
             for size, samples in results.items()]
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"python -m {__name__}")
     sub = parser.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("serve")
@@ -138,7 +143,10 @@ def main(argv=None) -> int:
     p.add_argument("--iterations", type=int, default=1000)
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--impl", choices=["python", "native"], default="python")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _run(args) -> int:
     if args.cmd == "serve":
         (serve_native if args.impl == "native" else serve)(args.host, args.port)
         return 0
@@ -152,6 +160,10 @@ def main(argv=None) -> int:
         out = pingpong(args.host, args.port, sizes, args.iterations, args.warmup)
     json.dump(out, sys.stdout)
     return 0
+
+
+def main(argv=None) -> int:
+    return node_main(_parser(), _run, argv, label="socket floor")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
     python -m pytest_hpcnet.reference.dfs.datanode --dir D --name NODE --transport tcp|shm \
         --meta HOST:PORT [--host H] [--port P]
 
-prints ``listening <host> <port>`` and registers with the metadata service.
+registers with the metadata service, then announces ``listening on <transport> <host>:<port>``
+(``cluster.nodeprogram``) and serves until SIGTERM/SIGINT.
 
 Write pipeline (one block): the upstream (client or previous datanode) sends ``write_block`` naming
 the downstream targets; this node connects to the next one and passes the request on, and the setup
@@ -26,13 +27,13 @@ from collections import defaultdict
 from pathlib import Path
 
 from .. import auth
-from ...cluster.reaper import start_watchdog
+from ...cluster.nodeprogram import announce, node_main, serve_until_signalled
 from ...timeouts import scaled
 from ..transport import TransportError, get_transport
 from .blockfiles import BlockDir, BlockWriter
 from .errors import ChecksumError, DfsError, ProtocolError
 from ..serving import DEFAULT_LIMITS
-from .server import log, serve_forever
+from .server import log, serve
 from .wire import MAX_MESSAGE, PACKET_SIZE, decode, decode_request, encode, request, verify_chunks
 
 CONNECT_TIMEOUT = scaled(10.0)
@@ -340,14 +341,17 @@ def main(argv=None) -> int:
     parser.add_argument("--meta", required=True, help="HOST:PORT of the metadata service")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
-    args = parser.parse_args(argv)
-    start_watchdog()   # exits when the controller that started it is gone (see cluster.reaper)
+    return node_main(parser, _run, argv, label="datanode")
+
+
+def _run(args) -> int:
     host, _, port = args.meta.rpartition(":")
     node = DataNode(args.name, args.dir, args.transport, meta=(host, int(port)))
     listener = node.transport.listen(args.host, args.port)
     register((host, int(port)), args.name, listener.address)
-    print(f"listening {listener.address[0]} {listener.address[1]}", flush=True)
-    serve_forever(listener, node.handle, f"datanode {args.name}")
+    server = serve(listener, node.handle, f"datanode {args.name}").start()
+    serve_until_signalled(server.stop, ready=lambda: announce(
+        "listening", transport=args.transport, address=listener.address))
     return 0
 
 

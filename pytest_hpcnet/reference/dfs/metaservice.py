@@ -2,7 +2,8 @@
 
     python -m pytest_hpcnet.reference.dfs.metaservice --dir D [--host H] [--port P]
 
-prints ``listening <host> <port>`` once it accepts connections. Requests and replies are ``wire``
+announces ``listening on tcp <host>:<port>`` (``cluster.nodeprogram``) once it accepts connections and
+serves until SIGTERM/SIGINT. Requests and replies are ``wire``
 messages; an ``op`` it does not know, or a malformed request, is an error reply, and bytes that are
 not a message at all drop that connection only.
 """
@@ -14,11 +15,11 @@ import sys
 import threading
 from pathlib import Path
 
-from ...cluster.reaper import start_watchdog
+from ...cluster.nodeprogram import announce, node_main, serve_until_signalled
 from ..transport import get_transport
 from .errors import DfsError
 from .namespace import Namespace
-from .server import request_loop, serve_forever
+from .server import request_loop, serve
 
 
 class MetaService:
@@ -54,13 +55,16 @@ def main(argv=None) -> int:
     parser.add_argument("--dir", required=True, type=Path)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
-    args = parser.parse_args(argv)
-    start_watchdog()   # exits when the controller that started it is gone (see cluster.reaper)
+    return node_main(parser, _run, argv, label="metaservice")
+
+
+def _run(args) -> int:
     args.dir.mkdir(parents=True, exist_ok=True)
     service = MetaService(args.dir)
     listener = get_transport("tcp").listen(args.host, args.port)
-    print(f"listening {listener.address[0]} {listener.address[1]}", flush=True)
-    serve_forever(listener, lambda conn: request_loop(conn, service.dispatch), "metaservice")
+    server = serve(listener, lambda conn: request_loop(conn, service.dispatch), "metaservice").start()
+    serve_until_signalled(server.stop, ready=lambda: announce(
+        "listening", transport="tcp", address=listener.address))
     return 0
 
 

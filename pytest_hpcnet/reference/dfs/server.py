@@ -18,7 +18,13 @@ EAGER_LIMIT = 1 << 20
 def serve_forever(listener, handle_connection, who: str, limits: Limits = DEFAULT_LIMITS) -> None:
     """Accept until the listener closes; ``handle_connection(conn)`` runs in its own thread once the
     peer has proved the run's credentials."""
-    Server(listener, handle_connection, who, limits, guard=_guard).serve_forever()
+    serve(listener, handle_connection, who, limits).serve_forever()
+
+
+def serve(listener, handle_connection, who: str, limits: Limits = DEFAULT_LIMITS) -> Server:
+    """The server ``serve_forever`` runs, not started yet: ``.start()`` it in the background and
+    ``.stop()`` it (a node program does that on SIGTERM, ``nodeprogram.serve_until_signalled``)."""
+    return Server(listener, handle_connection, who, limits, guard=_guard)
 
 
 def _guard(handle_connection, conn, who: str) -> None:

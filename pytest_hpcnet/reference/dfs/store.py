@@ -12,12 +12,10 @@ import sys
 from pathlib import Path
 
 from ...cluster.model import cross_host_reason
-from ...cluster.pool import wait_for_line
+from ...cluster.nodeprogram import await_ready
 from ...errors import ConfigError
 from ..transport import TRANSPORTS
 from .client import DEFAULT_BLOCK_SIZE, DfsClient
-
-_LISTENING = r"^listening (\S+) (\d+)$"
 
 
 class BlockStore:
@@ -43,12 +41,11 @@ class BlockStore:
             self.meta = self.launchers.start(head, [
                 sys.executable, "-m", "pytest_hpcnet.reference.dfs.metaservice",
                 "--dir", str(self.dirs[head.name] / "meta"), "--host", head.address(self.network)])
-            m = wait_for_line(self.meta, _LISTENING, timeout)
-            self.meta_address = (m.group(1), int(m.group(2)))
+            self.meta_address = await_ready(self.meta, timeout=timeout).address
             for node in self.nodes:
                 self.start_datanode(node, wait=False)
             for name, proc in self.datanodes.items():
-                wait_for_line(proc, _LISTENING, timeout)
+                await_ready(proc, timeout=timeout)
         except BaseException:
             self.stop()
             raise
@@ -63,7 +60,7 @@ class BlockStore:
             "--host", node.address(self.network)])
         self.datanodes[node.name] = proc
         if wait:
-            wait_for_line(proc, _LISTENING, timeout)
+            await_ready(proc, timeout=timeout)
         return proc
 
     def kill_datanode(self, name: str) -> None:

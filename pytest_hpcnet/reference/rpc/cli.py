@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 import time
 
+from ...cluster.nodeprogram import announce, run_guarded, serve_until_signalled
 from ...cluster.reaper import start_watchdog
 from ...errors import ConfigError
 from ..buffers import BUFFERS
@@ -93,9 +92,6 @@ def serve_command(args: argparse.Namespace) -> int:
     from .server import IDLE_THRESHOLD, IDLE_TIMEOUT, MAX_CONNECTIONS
     from .wire import MAX_DATA_LENGTH
 
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     try:
         impl = _impl(args, "serve")
         server = make_server(impl, transport=args.transport, host=args.host, port=args.port,
@@ -108,15 +104,9 @@ def serve_command(args: argparse.Namespace) -> int:
                              else args.idle_threshold).start()
     except TransportError as e:
         raise ConfigError(str(e), where="--host/--port") from None
-    host, port = server.address
-    print(f"listening on {args.transport} {host}:{port} (buffers={args.buffers}, handlers={args.handlers}, "
-          f"dispatch={args.dispatch}, impl={impl})",
-          flush=True)
-    try:
-        while not stop.wait(0.5):
-            pass
-    finally:
-        server.stop()
+    serve_until_signalled(server.stop, ready=lambda: announce(
+        "listening", transport=args.transport, address=server.address, buffers=args.buffers,
+        handlers=args.handlers, dispatch=args.dispatch, impl=impl))
     return 0
 
 
@@ -172,12 +162,10 @@ def ping_command(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """``python -m pytest_hpcnet.reference.rpc.cli serve|ping ...``: the same commands as ``hpcnet rpc``
     without importing every other area's commands (a server starts in a fraction of the time)."""
-    from ...cli import run  # the command runner alone: no other area's modules are imported
-
     parser = argparse.ArgumentParser(prog="hpcnet")
     add_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["rpc", *(sys.argv[1:] if argv is None else argv)])
-    return run(args, "hpcnet rpc")
+    return run_guarded(lambda: args.func(args), "hpcnet rpc")
 
 
 if __name__ == "__main__":

@@ -16,12 +16,14 @@ Does the I/O of one file the way TestDFSIO's mappers do, times it from opening t
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
 import sys
 import time
 
+from ...cluster.nodeprogram import node_main
 from .fs import CompressedWriter, DecompressedReader, open_fs
 
 
@@ -150,8 +152,13 @@ def _random_read(fs, name: str, size: int, bs: int, skip: int, verifier: _Verifi
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    spec = json.loads(argv[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__name__}", description="one DFSIO map task")
+    parser.add_argument("spec", help="the task as JSON (op, name, size, buffer size, file system, ...)")
+    return node_main(parser, _run, argv, label="dfsio task")
+
+
+def _run(args) -> int:
+    spec = json.loads(args.spec)
     try:
         result = run_task(spec)
     except Exception as e:  # one line for the job driver to show, not a traceback

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ... import auth
-from ....cluster.reaper import start_watchdog
+from ....cluster.nodeprogram import node_main
 from . import protocol
 from .protocol import TOKEN_ENV
 from ...transport import TransportError, verbs
@@ -237,8 +237,11 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--shared", default="")
     parser.add_argument("--addresses", default='{"eth": "127.0.0.1"}', help="JSON {network: address}")
-    args = parser.parse_args(argv)
-    start_watchdog()   # exits when the controller that started it is gone (see cluster.reaper)
+    return node_main(parser, _run, argv, label="mapreduce worker")
+
+
+def _run(args) -> int:
+    # No announcement: the worker dials the driver's control socket, and that connection is its "ready".
     host, _, port = args.driver.rpartition(":")
     worker = Worker(args.node, Path(args.workdir), Path(args.shared) if args.shared else None,
                     json.loads(args.addresses))
