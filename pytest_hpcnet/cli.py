@@ -19,7 +19,7 @@ COMMAND_MODULES = (
     "pytest_hpcnet.report.commands",
     "pytest_hpcnet.compare",
     "pytest_hpcnet.report.asv_site",
-    "pytest_hpcnet.qjump.commands",
+    "pytest_hpcnet.workloads.qjump.commands",
     "pytest_hpcnet.reference.mapreduce.commands",
     "pytest_hpcnet.reference.rpc.cli",
     "pytest_hpcnet.workloads.dfsio.commands",

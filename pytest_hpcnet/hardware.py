@@ -9,7 +9,6 @@ probe, for scripts written before the split.
 
 from __future__ import annotations
 
-import difflib
 import json
 import subprocess
 import sys
@@ -19,29 +18,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .errors import ConfigError, HpcnetError
-from .nodeprobe import FEATURES, describe, features_from, main, probe  # noqa: F401  (re-exported)
-
-
-# --- feature names from users -----------------------------------------------------------------------
-
-def unknown_feature(name: str) -> str | None:
-    """Why ``name`` is not a hardware feature, with the nearest one, or None if it is one."""
-    if name in FEATURES:
-        return None
-    # "qdr" means ib_qdr, not the nearer-spelled ndr: a whole word of a name beats spelling.
-    close = [f for f in FEATURES if name.lower() in f.split("_")] or \
-        difflib.get_close_matches(name.lower(), FEATURES, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    return f"unknown hardware feature {name!r} ({hint}known: {', '.join(FEATURES)})"
-
-
-def check_feature_names(names: Iterable[str], where: str | None) -> frozenset[str]:
-    """Return the names as a set, or raise ConfigError for the first unknown one (with a suggestion)."""
-    names = frozenset(names)
-    for name in sorted(names):
-        if problem := unknown_feature(name):
-            raise ConfigError(problem, where)
-    return names
+from .features import FEATURES, check_feature_names, unknown_feature  # noqa: F401  (re-exported)
+from .nodeprobe import describe, features_from, main, probe  # noqa: F401  (re-exported)
 
 
 # --- probing a cluster ------------------------------------------------------------------------------

@@ -38,34 +38,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ConfigError
-
-FEATURES: dict[str, str] = {
-    "ib": "an ACTIVE InfiniBand port",
-    "ib_sdr": "an ACTIVE InfiniBand port at SDR (2.5 Gb/s lanes)",
-    "ib_ddr": "an ACTIVE InfiniBand port at DDR (5 Gb/s lanes)",
-    "ib_qdr": "an ACTIVE InfiniBand port at QDR (10 Gb/s lanes, 40 Gb/s 4X)",
-    "ib_fdr": "an ACTIVE InfiniBand port at FDR (14 Gb/s lanes, 56 Gb/s 4X)",
-    "edr": "an ACTIVE InfiniBand port at EDR (25 Gb/s lanes, 100 Gb/s 4X)",
-    "hdr": "an ACTIVE InfiniBand port at HDR (50 Gb/s lanes, 200 Gb/s 4X)",
-    "ndr": "an ACTIVE InfiniBand port at NDR (100 Gb/s lanes, 400 Gb/s 4X)",
-    "roce": "an ACTIVE RDMA port over Ethernet (RoCE, incl. Soft-RoCE)",
-    "rdma": "any ACTIVE RDMA port (InfiniBand or RoCE)",
-    "pyverbs": "pyverbs imports and lists an RDMA device (the reference verbs transport can run)",
-    "ipoib": "an IP-over-InfiniBand network interface",
-    "eth_10g": "a physical 10 Gb/s Ethernet interface with link",
-    "eth_25g": "a physical 25 Gb/s Ethernet interface with link",
-    "eth_40g": "a physical 40 Gb/s Ethernet interface with link",
-    "eth_100g": "a physical 100 Gb/s Ethernet interface with link",
-    "x86_64": "x86-64 CPU",
-    "aarch64": "64-bit ARM CPU",
-    "ppc64le": "64-bit little-endian POWER CPU",
-    "power8": "IBM POWER8 CPU",
-    "power9": "IBM POWER9 CPU",
-    "power10": "IBM POWER10 CPU",
-    "lustre": "a Lustre file system is mounted",
-    "netns": "can create network namespaces (root and the ip tool; probed on the real root only)",
-    "kvm": "/dev/kvm is present (and usable, on the real root)",
-}
+from .features import FEATURES
 
 # Lane-speed word in an IB rate string -> feature. Absent words (FDR10, XDR, ...) give no class.
 _IB_CLASSES = {"SDR": "ib_sdr", "DDR": "ib_ddr", "QDR": "ib_qdr", "FDR": "ib_fdr",

@@ -20,7 +20,8 @@ from child_signals import default_sigint
 from pytest_hpcnet.cluster import load_cluster, netns
 from pytest_hpcnet.cluster.pool import Launchers, finish
 from pytest_hpcnet.errors import ConfigError, LaunchError
-from pytest_hpcnet.qjump import levels, scenarios
+from pytest_hpcnet.cluster import shaping as levels
+from pytest_hpcnet.workloads.qjump import scenarios
 
 needs_root = pytest.mark.skipif(not netns.available(), reason=netns.NEEDS_ROOT)
 REPO = Path(__file__).resolve().parents[1]

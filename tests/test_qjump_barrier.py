@@ -9,8 +9,9 @@ import pytest
 from pytest_hpcnet.cluster import local_cluster
 from pytest_hpcnet.cluster.pool import Launchers
 from pytest_hpcnet.errors import ConfigError, LaunchError
-from pytest_hpcnet.qjump import barrier, levels, scenarios
-from pytest_hpcnet.qjump.bsfile import read_bs
+from pytest_hpcnet.cluster import shaping as levels
+from pytest_hpcnet.workloads.qjump import barrier, scenarios
+from pytest_hpcnet.report.bsfile import read_bs
 
 
 @pytest.fixture
@@ -69,16 +70,15 @@ def test_parse_peers_rejects_bad_lists(text):
         barrier.parse_peers(text)
 
 
-def test_barrier_cli_rejects_bad_arguments(tmp_path):
-    with pytest.raises(SystemExit) as e:
-        barrier.main(["--rank", "3", "--peers", "127.0.0.1:1,127.0.0.1:2", "--out", str(tmp_path / "x.bs")])
-    assert e.value.code == 2
+def test_barrier_cli_rejects_bad_arguments_in_one_line(tmp_path, capsys):
+    assert barrier.main(["--rank", "3", "--peers", "127.0.0.1:1,127.0.0.1:2", "--out", str(tmp_path / "x.bs")]) == 2
+    assert capsys.readouterr().err == "barrier: --rank: rank 3 is not in 0..1\n"
 
 
 def test_barrier_with_an_absent_peer_fails_instead_of_hanging(local3, tmp_path):
     cluster, launchers = local3
     node = cluster.nodes[0]
-    proc = launchers.start(node, [sys.executable, "-m", "pytest_hpcnet.qjump.barrier", "--rank", "1",
+    proc = launchers.start(node, [sys.executable, "-m", "pytest_hpcnet.workloads.qjump.barrier", "--rank", "1",
                                   "--peers", "127.0.0.1:9,127.0.0.1:0", "--timeout", "1",
                                   "--out", str(tmp_path / "x.bs")])
     assert proc.wait(30) != 0  # rank 0's port 9 (discard) is closed: connect retries, then gives up

@@ -12,9 +12,9 @@ import pytest
 
 from pytest_hpcnet import cli
 from pytest_hpcnet.errors import ConfigError
-from pytest_hpcnet.qjump import levels
-from pytest_hpcnet.qjump.bsfile import read_bs, write_bs
-from pytest_hpcnet.qjump.commands import HOOK_DIR, hook_env, looks_like_python
+from pytest_hpcnet.cluster import shaping as levels
+from pytest_hpcnet.report.bsfile import read_bs, write_bs
+from pytest_hpcnet.workloads.qjump.commands import HOOK_DIR, hook_env, looks_like_python
 from pytest_hpcnet.report import cdf
 
 SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "qjump"

@@ -65,7 +65,7 @@ def _string_list(value: Any, base: Path) -> frozenset[str]:
 
 
 def _features(value: Any, base: Path) -> frozenset[str]:
-    from ..hardware import unknown_feature
+    from ..features import unknown_feature
     names = _string_list(value, base)
     for name in sorted(names):
         if problem := unknown_feature(name):

@@ -2,7 +2,7 @@
 
     hpcnet-<pid>-<seq>-sw      "switch" namespace: bridge br0 with ports p0 .. pN-1 and c0
     hpcnet-<pid>-<seq>-n<i>    node i: eth0 = 10.199.<X>.<i+1>/24 (the peer of p<i>), lo
-                               eth0 egress: the QJump HTB layout (qjump.levels) at the link rate
+                               eth0 egress: the QJump HTB layout (shaping) at the link rate
     hn<pid>c<seq> (root ns)    the controller's port: 10.199.<X>.254/24, the peer of c0
 
 Each node is a host of its own: its own namespace, address and work dir, no loopback shared with the
@@ -37,10 +37,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import ConfigError, LaunchError
-from ..qjump.levels import QJumpParams, parse_rate, tc_commands
 from . import reaper
 from .launcher import LocalLauncher, LocalProcess, register
 from .model import Cluster, Node
+from .shaping import QJumpParams, parse_rate, tc_commands
 
 PREFIX = "hpcnet"
 SUBNET = "10.199"     # 10.199.<X>.0/24 per cluster; X is free among this host's root-namespace addresses

@@ -11,6 +11,7 @@ from typing import Mapping, Sequence
 from ..errors import LaunchError
 from ..timeouts import scaled
 from .launcher import Process, launcher_for
+from .runsecret import ensure_run_secret
 from .model import Cluster, Node
 
 
@@ -20,7 +21,6 @@ class Launchers:
     def __init__(self, cluster: Cluster, logdir: Path):
         # The run's credentials: made here once (the controller), inherited through the environment by
         # every process started below, and checked by every service those processes run.
-        from ..reference.auth import ensure_run_secret
         ensure_run_secret()
         self.cluster = cluster
         self.logdir = Path(logdir)

@@ -1,8 +1,5 @@
-"""QJump-style latency isolation on stock Linux: priority levels, the tc layout that enforces them, the
-barrier-sync latency application, bulk interference, and the three scenarios of the Naiad experiment.
-
-Modules: ``levels`` (level -> SO_PRIORITY value, per-level rates, tc commands), ``bsfile`` (the ``.bs``
-format), ``barrier`` (the latency app), ``bulk`` (interference flows), ``scenarios`` (alone /
-interference / priority, as Measurements), ``hook`` (the env-driven socket hook behind
-``hpcnet qjump run``), ``commands`` (the CLI).
+"""Old import paths of the QJump modules, kept only for ``benchmarks/common.py`` until it imports the new
+homes: the workload is ``pytest_hpcnet.workloads.qjump``, the levels and tc layout are
+``pytest_hpcnet.cluster.shaping``, the ``.bs`` format is ``pytest_hpcnet.report.bsfile``. Nothing in the
+package imports this; delete it with that last caller (issue 18).
 """

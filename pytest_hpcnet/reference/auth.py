@@ -39,9 +39,9 @@ import sys
 import threading
 import time
 
+from ..cluster.runsecret import ENV, ensure_run_secret  # noqa: F401  (the secret's owner; re-exported)
 from .transport.base import PeerRefused, TransportError
 
-ENV = "HPCNET_RUN_SECRET"
 MAGIC = b"HPCNAUTH1"
 NONCE = 32
 MAC = 32
@@ -56,17 +56,6 @@ _lock = threading.Lock()
 
 class AuthError(PeerRefused):
     """The peer did not prove it holds this run's secret."""
-
-
-def ensure_run_secret() -> str:
-    """Make this process the run's controller if no secret is set: a fresh random secret goes into
-    ``os.environ`` (so every process started from here inherits it). Returns the secret."""
-    with _lock:
-        value = os.environ.get(ENV)
-        if not value:
-            value = secrets.token_hex(32)
-            os.environ[ENV] = value
-        return value
 
 
 def _key() -> bytes:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
-from ..qjump.bsfile import read_bs
+from .bsfile import read_bs
 
 OUTLIER_MS = 90.0
 X_LIMIT_US = 2250

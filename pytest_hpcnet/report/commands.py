@@ -1,4 +1,5 @@
 """``hpcnet report RUN.json [-o DIR] [-q]``: show a recorded run and write its HTML report.
+``hpcnet plot cdf FILE LABEL ... [-o OUT]``: the QJump paper's Figure 1c from ``.bs`` files (``cdf``).
 
 Prints the measurement and verdict tables (``-q`` leaves them out), writes ``DIR/<run id>.html``
 (``DIR`` defaults to the directory holding the record) and prints the HTML file's path last.
@@ -20,6 +21,18 @@ def add_commands(subparsers) -> None:
                    help="directory for <run id>.html (default: the record's directory)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the tables, only the HTML path")
     p.set_defaults(func=_report)
+
+    p = subparsers.add_parser("plot", help="draw figures from raw result files")
+    psub = p.add_subparsers(dest="plot_kind", required=True, metavar="KIND")
+    cdf = psub.add_parser("cdf", help="CDF of barrier-sync latency from .bs files (QJump Figure 1c)")
+    cdf.add_argument("pairs", nargs="+", metavar="FILE LABEL", help="FILE LABEL pairs, optionally then OUT")
+    cdf.add_argument("-o", "--output", default=None, help="image to write (default qjump-cdf.png)")
+    cdf.set_defaults(func=_plot_cdf)
+
+
+def _plot_cdf(args) -> int:
+    from .cdf import plot_command   # matplotlib loads only when a plot is drawn
+    return plot_command(args)
 
 
 def _report(args) -> int:

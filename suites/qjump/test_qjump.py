@@ -27,9 +27,9 @@ import pytest
 
 from pytest_hpcnet.cluster import netns
 from pytest_hpcnet.cluster.pool import Launchers
-from pytest_hpcnet.qjump import scenarios
-from pytest_hpcnet.qjump.bsfile import read_bs
-from pytest_hpcnet.qjump.levels import QJumpParams
+from pytest_hpcnet.workloads.qjump import scenarios
+from pytest_hpcnet.report.bsfile import read_bs
+from pytest_hpcnet.cluster.shaping import QJumpParams
 
 pytestmark = pytest.mark.netns
 

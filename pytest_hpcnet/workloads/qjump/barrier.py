@@ -5,11 +5,11 @@ each peer, then wait for each peer's message of the same round; the round's late
 the start of sending until the last peer's message arrived. Rounds run back to back, so all processes
 move in lockstep, and a message held up anywhere delays the round for everyone, as in Naiad.
 
-    python -m pytest_hpcnet.qjump.barrier --rank 0 --peers 10.199.0.1:2101,10.199.0.2:2101 \
+    python -m pytest_hpcnet.workloads.qjump.barrier --rank 0 --peers 10.199.0.1:2101,10.199.0.2:2101 \
         --rounds 10001 --out node0.bs [--priority 7] [--size 64] [--warmup 0]
 
 ``--priority LEVEL`` puts every socket (listener, accepted and connected) at that QJump level (see
-``levels``). Output: a ``.bs`` file, one latency in milliseconds per round.
+``cluster.shaping``). Output: a ``.bs`` file, one latency in milliseconds per round.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ import struct
 import sys
 import time
 
-from ..errors import ConfigError
-from ..sockets import recv_exact
-from .bsfile import DEFAULT_SAMPLES, write_bs
-from .levels import check_level, priority_value
+from ...cluster.nodeprogram import announce, node_main
+from ...cluster.shaping import check_level, priority_value
+from ...errors import ConfigError
+from ...report.bsfile import DEFAULT_SAMPLES, write_bs
+from ...sockets import recv_exact
 
 _HELLO = struct.Struct(">I")
 _ROUND = struct.Struct(">Q")
@@ -133,18 +134,18 @@ def main(argv=None) -> int:
     parser.add_argument("--priority", type=int, default=None, metavar="LEVEL", help="QJump level 0..7")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for a peer")
     parser.add_argument("--out", required=True, help="the .bs file to write")
-    args = parser.parse_args(argv)
-    try:
-        peers = parse_peers(args.peers)
-        if not 0 <= args.rank < len(peers):
-            raise ConfigError(f"rank {args.rank} is not in 0..{len(peers) - 1}", "--rank")
-        if args.rounds < 1 or args.warmup < 0:
-            raise ConfigError("rounds must be >= 1 and warmup >= 0", "--rounds/--warmup")
-        priority = None if args.priority is None else priority_value(check_level(args.priority, "--priority"))
-    except ConfigError as e:
-        parser.error(str(e))
+    return node_main(parser, _run, argv, label="barrier")
+
+
+def _run(args) -> int:
+    peers = parse_peers(args.peers)
+    if not 0 <= args.rank < len(peers):
+        raise ConfigError(f"rank {args.rank} is not in 0..{len(peers) - 1}", "--rank")
+    if args.rounds < 1 or args.warmup < 0:
+        raise ConfigError("rounds must be >= 1 and warmup >= 0", "--rounds/--warmup")
+    priority = None if args.priority is None else priority_value(check_level(args.priority, "--priority"))
     conns = connect_mesh(args.rank, peers, priority, args.timeout)
-    print("connected", flush=True)
+    announce("connected")
     try:
         latencies = run_rounds(conns, args.rounds, args.size, args.warmup)
     finally:

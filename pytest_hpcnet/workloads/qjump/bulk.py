@@ -4,8 +4,8 @@ Stands in for the Naiad experiment's Hadoop shuffle until the reference MapReduc
 cluster's nodes (it cannot yet, so several plain bulk flows play its role: same traffic shape, many
 large transfers filling the bottleneck queue at the default level).
 
-    python -m pytest_hpcnet.qjump.bulk sink --host 10.199.0.2 --port 0      # prints "listening HOST PORT"
-    python -m pytest_hpcnet.qjump.bulk source --host 10.199.0.2 --port P [--seconds S] [--priority LEVEL]
+    python -m pytest_hpcnet.workloads.qjump.bulk sink --host 10.199.0.2 --port 0  # announces listening
+    python -m pytest_hpcnet.workloads.qjump.bulk source --host 10.199.0.2 --port P [--seconds S] [--priority LEVEL]
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import sys
 import threading
 import time
 
-from ..cluster.reaper import start_watchdog
-from .levels import check_level, priority_value
+from ...cluster.nodeprogram import announce, node_main, serve_until_signalled
+from ...cluster.shaping import check_level, priority_value
 
 CHUNK = 256 * 1024
 
@@ -32,12 +32,20 @@ def _drain(conn: socket.socket) -> None:
 
 
 def sink(host: str, port: int) -> None:
-    """Accept any number of flows and discard their bytes, until killed."""
-    with socket.create_server((host, port), backlog=64) as listener:
-        print(f"listening {host} {listener.getsockname()[1]}", flush=True)
+    """Accept any number of flows and discard their bytes, until SIGTERM/SIGINT."""
+    listener = socket.create_server((host, port), backlog=64)
+
+    def accept_loop():
         while True:
-            conn, _ = listener.accept()
+            try:
+                conn, _ = listener.accept()
+            except OSError:   # the listener was closed: shutting down
+                return
             threading.Thread(target=_drain, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept_loop, name="bulk-sink-accept", daemon=True).start()
+    serve_until_signalled(listener.close, ready=lambda: announce(
+        "listening", transport="tcp", address=(host, listener.getsockname()[1]), role="sink"))
 
 
 def source(host: str, port: int, seconds: float | None = None, priority: int | None = None) -> int:
@@ -46,7 +54,7 @@ def source(host: str, port: int, seconds: float | None = None, priority: int | N
     if priority is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, priority)
     sock.connect((host, port))
-    print("sending", flush=True)
+    announce("sending")
     data = memoryview(bytes(CHUNK))
     sent = 0
     end = None if seconds is None else time.monotonic() + seconds
@@ -68,13 +76,15 @@ def main(argv=None) -> int:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--seconds", type=float, default=None)
     p.add_argument("--priority", type=int, default=None, metavar="LEVEL")
-    args = parser.parse_args(argv)
-    start_watchdog()   # exits when the controller that started it is gone (see cluster.reaper)
+    return node_main(parser, _run, argv, label="bulk")
+
+
+def _run(args) -> int:
     if args.cmd == "sink":
         sink(args.host, args.port)
         return 0
     level = None if args.priority is None else priority_value(check_level(args.priority, "--priority"))
-    print(f"sent {source(args.host, args.port, args.seconds, level)}", flush=True)
+    announce("sent", bytes=source(args.host, args.port, args.seconds, level))
     return 0
 
 

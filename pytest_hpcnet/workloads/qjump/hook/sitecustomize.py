@@ -1,6 +1,6 @@
 """Runs at start-up of every Python program ``hpcnet qjump run`` starts (this directory is first on
 PYTHONPATH): if ``HPCNET_SO_PRIORITY`` is set, every Internet socket the program creates or accepts gets
-``SO_PRIORITY`` = that value, i.e. runs at a QJump level (the value comes from qjump.levels).
+``SO_PRIORITY`` = that value, i.e. runs at a QJump level (the value comes from cluster.shaping).
 
 Only Python programs are reached: the hook replaces ``socket.socket`` with a subclass, which covers
 ``socket.create_connection``, ``accept()``, asyncio and anything else built on the ``socket`` module.

@@ -1,8 +1,7 @@
-"""CLI: ``hpcnet qjump run``, ``hpcnet qjump-config`` and ``hpcnet plot cdf``.
+"""CLI: ``hpcnet qjump run`` and ``hpcnet qjump-config`` (``hpcnet plot cdf`` is the report's).
 
     hpcnet qjump run -p 7 -- python3 app.py ...     # like qjau.py -p 7 -c CMD (Python programs only)
     hpcnet qjump-config --bytesq 256 --timeq 5 --p0rate 100 [--link-rate 200mbit] [--dev eth0] [--apply NS]
-    hpcnet plot cdf alone.bs alone hadoop.bs hadoop qjump.bs qjump [figure1c | -o figure1c.png]
 """
 
 from __future__ import annotations
@@ -15,9 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..errors import ConfigError, LaunchError
-from . import levels
-from .levels import LEVELS, QJumpParams
+from ...cluster import shaping as levels
+from ...cluster.shaping import LEVELS, QJumpParams
+from ...errors import ConfigError, LaunchError
 
 HOOK_DIR = Path(__file__).with_name("hook")
 
@@ -42,13 +41,6 @@ def add_commands(subparsers) -> None:
     c.add_argument("--apply", metavar="NS", default=None,
                    help="also run the commands in network namespace NS (needs root)")
     c.set_defaults(func=_config)
-
-    p = subparsers.add_parser("plot", help="draw figures from raw result files")
-    psub = p.add_subparsers(dest="plot_kind", required=True, metavar="KIND")
-    cdf = psub.add_parser("cdf", help="CDF of barrier-sync latency from .bs files (QJump Figure 1c)")
-    cdf.add_argument("pairs", nargs="+", metavar="FILE LABEL", help="FILE LABEL pairs, optionally then OUT")
-    cdf.add_argument("-o", "--output", default=None, help="image to write (default qjump-cdf.png)")
-    cdf.set_defaults(func=_plot_cdf)
 
 
 def hook_env(level: int, base: dict | None = None) -> dict[str, str]:
@@ -118,8 +110,3 @@ def _config(args) -> int:
                 raise LaunchError(f"{shlex.join(prefix + cmd)} failed: {done.stderr.strip()}")
         print(f"# applied in namespace {args.apply}")
     return 0
-
-
-def _plot_cdf(args) -> int:
-    from ..report.cdf import plot_command
-    return plot_command(args)

@@ -1,4 +1,5 @@
 """``.bs`` files: the Naiad latency test's raw output, one barrier-sync latency in milliseconds per line.
+The report's reader (``hpcnet plot cdf``, ``cdf``), and the writer the QJump workload's barrier uses.
 
 The original files have 10,001 lines each. Reading accepts them unchanged: surrounding whitespace and
 blank lines are ignored, anything else that is not a finite number is an error naming file and line.
