@@ -163,7 +163,7 @@ def test_overlay_holds_init_the_project_and_its_plugin_entry_point(tmp_path):
     listing = subprocess.run(["cpio", "-t", "--quiet"], stdin=open(out, "rb"), capture_output=True,
                              text=True, check=True).stdout.split()
     assert "init" in listing
-    assert "opt/hpcnet/pytest_hpcnet/reference/transport/verbs.py" in listing
+    assert "opt/hpcnet/pytest_hpcnet/reference/transport/verbs/connection.py" in listing
     assert "opt/hpcnet/suites/rpc/test_verbs_rpc.py" in listing
     assert "opt/hpcnet/fixtures/golden/teragen.toml" in listing     # the mapreduce suite reads it
     assert not any("__pycache__" in name for name in listing)
