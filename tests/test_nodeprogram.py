@@ -75,13 +75,13 @@ def test_await_ready_reads_the_announcement_among_other_output_of_a_block_buffer
 
 def test_await_ready_names_a_program_that_exits_first_with_its_stderr(launcher, node):
     proc = launcher.start(node, program("import sys; print('no such file', file=sys.stderr); sys.exit(3)"))
-    with pytest.raises(LaunchError, match=r"exited with 3 before announcing 'listening'; stderr: no such file"):
+    with pytest.raises(LaunchError, match=r"exited with 3 before it would announce 'listening'; stderr: no such file"):
         await_ready(proc, timeout=30)
 
 
 def test_await_ready_gives_up_on_a_silent_program_and_kills_it(launcher, node):
     proc = launcher.start(node, program("import time; print('ready-ish', flush=True); time.sleep(60)"))
-    with pytest.raises(LaunchError, match=r"announced no 'ready' within"):
+    with pytest.raises(LaunchError, match=r"did not announce 'ready' within"):
         await_ready(proc, "ready", timeout=0.5)
     assert proc.wait(10) is not None
 

@@ -37,12 +37,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Mapping, TypeVar
 
 from ..errors import HpcnetError, LaunchError
 from ..timeouts import scaled
 
 LISTENING = "listening"
+T = TypeVar("T")
 _WORD = re.compile(r"^[A-Za-z][\w.-]*$")
 _LINE = re.compile(r"^(?P<event>[A-Za-z][\w.-]*)"
                    r"(?: on (?P<transport>[\w.-]+) (?P<host>\[[^\]]*\]|[^\s\[\]:]+):(?P<port>\d+))?"
@@ -176,23 +177,30 @@ def await_ready(proc, event: str = LISTENING, timeout: float = 30.0) -> Announce
     timeout = scaled(timeout)
     if isinstance(proc, subprocess.Popen):
         return _await_pipe(proc, event, timeout)
+    return poll_output(proc, lambda out: _find(out, event), f"announce {event!r}", timeout)
+
+
+def poll_output(proc, find: Callable[[str], T | None], what: str, timeout: float) -> T:
+    """Poll a launcher process's stdout until ``find(stdout so far)`` returns something, and return it.
+    A process that exits first, or ``timeout`` seconds (already scaled) without it, is a LaunchError
+    naming ``what`` was awaited (the process is killed at the time-out)."""
     deadline = time.monotonic() + timeout
     delay = 0.005
     while True:
         out, err = proc.output()
-        found = _find(out, event)
+        found = find(out)
         if found is not None:
             return found
         code = proc.poll()
         if code is not None:
-            found = _find(proc.output()[0], event)   # printed just before it exited
+            found = find(proc.output()[0])   # printed just before it exited
             if found is not None:
                 return found
-            raise LaunchError(f"{_describe(proc)} exited with {code} before announcing {event!r}; "
+            raise LaunchError(f"{_describe(proc)} exited with {code} before it would {what}; "
                               f"stderr: {err.strip()[-800:]}")
         if time.monotonic() > deadline:
             proc.kill()
-            raise LaunchError(f"{_describe(proc)} announced no {event!r} within {timeout:g}s; "
+            raise LaunchError(f"{_describe(proc)} did not {what} within {timeout:g}s; "
                               f"stderr: {err.strip()[-800:]}")
         time.sleep(delay)
         delay = min(delay * 2, 0.1)
@@ -210,12 +218,12 @@ def _await_pipe(proc: subprocess.Popen, event: str, timeout: float) -> Announcem
         if not box:
             proc.kill()
             reader.join(5)
-            raise LaunchError(f"{_describe(proc)} announced no {event!r} within {timeout:g}s")
+            raise LaunchError(f"{_describe(proc)} did not announce {event!r} within {timeout:g}s")
         line = box[0]
         if not line:
             code = proc.wait()
             err = proc.stderr.read() if proc.stderr is not None else ""
-            raise LaunchError(f"{_describe(proc)} exited with {code} before announcing {event!r}; "
+            raise LaunchError(f"{_describe(proc)} exited with {code} before it would announce {event!r}; "
                               f"stderr: {(err or '').strip()[-800:]}")
         found = parse_announcement(line)
         if found is not None and found.event == event:

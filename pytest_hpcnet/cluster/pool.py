@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..errors import LaunchError
 from ..timeouts import scaled
 from .launcher import Process, launcher_for
+from .nodeprogram import poll_output
 from .runsecret import ensure_run_secret
 from .model import Cluster, Node
 
@@ -53,28 +53,11 @@ class Launchers:
 
 
 def wait_for_line(proc: Process, pattern: str, timeout: float = 30.0) -> re.Match:
-    """Wait until the process prints a line matching ``pattern`` (e.g. a server's listening address).
-    ``timeout`` is a real machine's budget for a start-up, scaled like every such budget
-    (``pytest_hpcnet.timeouts``): an emulated guest starts a Python server in tens of seconds."""
+    """Wait until the process prints a line matching ``pattern``: for programs that do not announce
+    through ``nodeprogram`` (an external tool); this project's node programs are awaited with
+    ``nodeprogram.await_ready``. ``timeout`` is scaled like every start-up budget (``timeouts``)."""
     regex = re.compile(pattern, re.MULTILINE)
-    timeout = scaled(timeout)
-    deadline = time.monotonic() + timeout
-    delay = 0.005
-    while True:
-        out, err = proc.output()
-        m = regex.search(out)
-        if m:
-            return m
-        code = proc.poll()
-        if code is not None:
-            raise LaunchError(f"{' '.join(proc.argv)} on {proc.node.name} exited with {code} before "
-                              f"printing /{pattern}/; stderr: {err.strip()[-800:]}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise LaunchError(f"{' '.join(proc.argv)} on {proc.node.name} printed no /{pattern}/ "
-                              f"within {timeout}s; stderr: {err.strip()[-800:]}")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)
+    return poll_output(proc, regex.search, f"print /{pattern}/", scaled(timeout))
 
 
 def finish(proc: Process, timeout: float) -> tuple[str, str]:

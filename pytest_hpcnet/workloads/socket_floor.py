@@ -12,13 +12,12 @@ import json
 import socket
 import struct
 import sys
-import threading
 import time
 
 from ..cluster.nodeprogram import announce, await_ready, node_main, serve_until_signalled
 from ..cluster.pool import Launchers, finish
 from ..measure import Measurement, measurement
-from ..sockets import recv_exact
+from ..sockets import accept_in_background, recv_exact
 
 METRIC = "socket.pingpong.rtt"
 DEFAULT_SIZES = (1, 64, 1024, 4096, 16384, 65536)
@@ -41,17 +40,12 @@ def serve(host: str, port: int) -> None:
     """Echo messages until SIGTERM/SIGINT; one connection at a time is all a ping-pong needs."""
     listener = socket.create_server((host, port))
 
-    def accept_loop():
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:   # the listener was closed: shutting down
-                return
-            with conn:
-                _tune(conn)
-                _echo(conn)
+    def handle(conn: socket.socket) -> None:
+        with conn:
+            _tune(conn)
+            _echo(conn)
 
-    threading.Thread(target=accept_loop, name="floor-accept", daemon=True).start()
+    accept_in_background(listener, handle, thread_per_connection=False, name="floor-accept")
     serve_until_signalled(listener.close, ready=lambda: _announce(host, listener.getsockname()[1], "python"))
 
 

@@ -14,11 +14,11 @@ import argparse
 import contextlib
 import socket
 import sys
-import threading
 import time
 
 from ...cluster.nodeprogram import announce, node_main, serve_until_signalled
 from ...cluster.shaping import check_level, priority_value
+from ...sockets import accept_in_background
 
 CHUNK = 256 * 1024
 
@@ -34,16 +34,7 @@ def _drain(conn: socket.socket) -> None:
 def sink(host: str, port: int) -> None:
     """Accept any number of flows and discard their bytes, until SIGTERM/SIGINT."""
     listener = socket.create_server((host, port), backlog=64)
-
-    def accept_loop():
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:   # the listener was closed: shutting down
-                return
-            threading.Thread(target=_drain, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept_loop, name="bulk-sink-accept", daemon=True).start()
+    accept_in_background(listener, _drain, thread_per_connection=True, name="bulk-sink-accept")
     serve_until_signalled(listener.close, ready=lambda: announce(
         "listening", transport="tcp", address=(host, listener.getsockname()[1]), role="sink"))
 
