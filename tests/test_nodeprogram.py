@@ -160,6 +160,7 @@ def test_every_node_program_uses_the_shared_main():
     from pytest_hpcnet.reference.mapreduce.engine import worker
     from pytest_hpcnet.workloads import rpc, socket_floor
     from pytest_hpcnet.workloads.dfsio import task
+    from pytest_hpcnet.workloads.qjump import barrier, bulk
     import inspect
-    for module in (nodeprobe, datanode, metaservice, worker, rpc, socket_floor, task):
+    for module in (nodeprobe, datanode, metaservice, worker, rpc, socket_floor, task, barrier, bulk):
         assert "node_main(" in inspect.getsource(module.main), module.__name__
