@@ -416,3 +416,32 @@ def pytest_hpcnet_launchers():
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*pytest-hpcnet: *launcher name 'ssh' is taken by "
                                  "pytest_hpcnet.cluster.ssh.SshLauncher; refusing conftest.Clash*"])
+
+
+def test_the_hookspec_example_launcher_runs_as_pasted(pytester, tmp_path):
+    """hookspec.py's example conftest, pasted unchanged, adds a launcher an inventory can name."""
+    import textwrap
+
+    from pytest_hpcnet import hookspec
+    doc = hookspec.pytest_hpcnet_launchers.__doc__
+    example = doc.split("Example::", 1)[1].split("\n\n    A package", 1)[0]
+    pytester.makeconftest(textwrap.dedent(example))
+    pytester.makefile(".toml", cluster=f'''
+[cluster]
+launcher = "nice"
+workdir = "{tmp_path / 'nodes'}"
+
+[[nodes]]
+name = "n0"
+host = "localhost"
+''')
+    pytester.makepyfile('''
+import os
+
+def test_niced(cluster, launchers):
+    code, out, err = launchers.run(cluster.nodes[0], ["nice"], timeout=30)
+    assert (code, int(out)) == (0, min(19, os.nice(0) + 10)), err
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--hpcnet-cluster=cluster.toml",
+                                           f"--hpcnet-report={tmp_path / 'report'}", timeout=240)
+    result.assert_outcomes(passed=1)
