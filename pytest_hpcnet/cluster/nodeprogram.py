@@ -24,7 +24,7 @@ An announcement is one line::
     EVENT [on TRANSPORT HOST:PORT] [(KEY=VALUE, KEY=VALUE, ...)]
 
 e.g. ``listening on tcp 10.199.0.2:40123 (buffers=pooled, impl=native)``, ``ready``, ``sending``. Events
-and keys are words; a host may be an IPv6 address (``[::1]:4242``); values are free of ``,`` and ``)``.
+and keys are words; a host may be an IPv6 address (``[::1]:4242``); values are free of ``,``, ``(`` and ``)``.
 """
 
 from __future__ import annotations
