@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "pytest_hpcnet.workloads.dfsio.commands",
     "pytest_hpcnet.crosscheck",
     "pytest_hpcnet.vm.commands",
+    "pytest_hpcnet.asv_import",
 )
 
 
