@@ -27,6 +27,8 @@ COMMAND_MODULES = (
     "pytest_hpcnet.crosscheck",
     "pytest_hpcnet.vm.commands",
     "pytest_hpcnet.asv_import",
+    "pytest_hpcnet.history",
+    "pytest_hpcnet.export",
 )
 
 
