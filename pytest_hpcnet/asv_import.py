@@ -391,9 +391,9 @@ class ImportResult:
 
 def import_records(store: Path, paths: list[Path]) -> ImportResult:
     """Add run records to the store and rebuild its run repository and asv results from all of them."""
-    store = Path(store)
+    shown, store = Path(store), Path(store).absolute()
     if store.exists() and not store.is_dir():
-        raise ConfigError("not a directory", str(store))
+        raise ConfigError("not a directory", str(shown))
     new = [_run(Path(p)) for p in paths]       # every record is checked before anything is written
     skipped = [s for r in new for s in tracked_of(r.record)[1]]
     with _locked(store):
@@ -410,7 +410,7 @@ def import_records(store: Path, paths: list[Path]) -> ImportResult:
         _swap(store / ".repo.new", store / "repo")
         _swap(store / ".results.new", store / "results")
         write_atomic(store / "asv.conf.json", json.dumps(asv_config(definitions), indent=1, sort_keys=True) + "\n")
-    return ImportResult(store=store, imported=[r.record.run_id for r in new], runs=len(runs),
+    return ImportResult(store=shown, imported=[r.record.run_id for r in new], runs=len(runs),
                         machines=sorted({r.machine for r in runs}), benchmarks=len(definitions), skipped=skipped)
 
 
