@@ -1,7 +1,8 @@
 """Run records of "nightly runs" of a seed claim, made by the plugin itself (not written by hand).
 
-``make_nightly_records(dest)`` runs pytest once per night on ``local:2`` with the canned sysfs tree of
-seed 001's testbed (EDR + POWER8, so the claim's markers hold), a test that records TestDFSIO write
+``make_nightly_records(dest)`` runs pytest once per night on a two-node inventory of this host (named
+like a cluster, each node reading the canned sysfs tree of seed 001's testbed: EDR + POWER8, so the
+claim's markers hold), a test that records TestDFSIO write
 throughput over IPoIB and over RDMA in paired rounds, and the dfsio suite's claims file; the plugin
 judges ``dfsio.seed001.throughput.rdma_vs_ipoib`` at the end from those measurements and writes the run
 record. What a real nightly series would differ in, and one box in one minute cannot, is then set in
@@ -41,11 +42,30 @@ def test_testdfsio_write_ipoib_vs_rdma(measure):
 '''
 
 
+CLUSTER = "op-rehearsal"
+INVENTORY = """
+[cluster]
+name = "{name}"
+workdir = "work-{name}"
+
+[[nodes]]
+name = "dn1"
+host = "127.0.0.1"
+sysroot = "{sysroot}"
+
+[[nodes]]
+name = "dn2"
+host = "127.0.0.1"
+sysroot = "{sysroot}"
+"""
+
+
 @dataclass(frozen=True)
 class Night:
     date: str          # ISO time of the run
     version: str       # the stack's version that night
     ratio: float       # RDMA / IPoIB throughput measured
+    cluster: str = CLUSTER
 
 
 # three nights near the published 2.18x-2.26x, then a fourth 25% worse than the third
@@ -55,6 +75,8 @@ NIGHTS = (
     Night("2026-11-28T02:00:00+00:00", "2.10.0", 2.25),
 )
 WORSE = Night("2026-11-29T02:00:00+00:00", "2.10.1", round(2.25 * 0.75, 4))
+# the same claim measured on another cluster in between: not a point of this cluster's series
+ELSEWHERE = Night("2026-11-27T14:00:00+00:00", "2.9.1", 2.0, cluster="other-cluster")
 
 
 def make_nightly_records(dest: Path, nights=NIGHTS, work: Path | None = None) -> list[Path]:
@@ -66,11 +88,13 @@ def make_nightly_records(dest: Path, nights=NIGHTS, work: Path | None = None) ->
     paths = []
     for i, night in enumerate(nights):
         out = work / f"report-{i}"
+        inventory = work / f"{night.cluster}.toml"
+        inventory.write_text(INVENTORY.format(name=night.cluster, sysroot=REPO / "fixtures" / "sysfs" / "edr-power8"))
         env = {**os.environ, "NIGHTLY_RATIO": str(night.ratio),
                "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "test_nightly.py",
-             "--hpcnet-cluster=local:2", f"--hpcnet-sysroot={REPO / 'fixtures' / 'sysfs' / 'edr-power8'}",
+             f"--hpcnet-cluster={inventory.name}",
              f"--hpcnet-claims={REPO / 'suites' / 'dfsio' / 'claims.toml'}", f"--hpcnet-report={out}"],
             cwd=work, env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
         [made] = list(out.glob("*.json")) or [None]
