@@ -15,8 +15,9 @@ cluster (named as ``hpcnet asv-import`` names the machine), target and its versi
   ci_hi, outcome, bound, enforced) and the run id (a field, not a tag: a tag per run would make every
   night a new series in InfluxDB). The timestamp is the
   run's time in nanoseconds. Escaping follows the protocol: in measurement names commas and spaces, in
-  tag keys, tag values and field keys commas, equals signs and spaces get a backslash; string field
-  values are double-quoted with ``"`` and ``\\`` escaped. Empty tags, non-finite numbers and newlines
+  tag keys, tag values and field keys commas, equals signs and spaces get a backslash (a backslash
+  before any other character is literal, so it stays as it is); string field values are double-quoted
+  with ``"`` and ``\\`` escaped. Empty tags, non-finite numbers, a backslash ending a tag and newlines
   (which the protocol cannot carry) are left out or turned into spaces.
 """
 
@@ -91,13 +92,19 @@ def _clean(text) -> str:
     return str(text).replace("\r", " ").replace("\n", " ")
 
 
+def _no_trailing_backslash(text: str) -> str:
+    # a backslash is literal unless a reserved character follows it; at the end of a tag it would
+    # escape the separator after it, so it is left out there
+    return text[:-1] if text.endswith("\\") else text
+
+
 def escape_measurement(name: str) -> str:
-    return _clean(name).replace("\\", "\\\\").replace(",", "\\,").replace(" ", "\\ ")
+    return _no_trailing_backslash(_clean(name)).replace(",", "\\,").replace(" ", "\\ ")
 
 
 def escape_key(text) -> str:
     """A tag key, tag value or field key."""
-    return _clean(text).replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=").replace(" ", "\\ ")
+    return _no_trailing_backslash(_clean(text)).replace(",", "\\,").replace("=", "\\=").replace(" ", "\\ ")
 
 
 def field_value(value) -> str | None:
