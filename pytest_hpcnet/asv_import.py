@@ -140,16 +140,6 @@ class Tracked:
                 "version": version}
 
 
-def _direction(verdict: dict) -> str | None:
-    """The claim's better direction: recorded in the verdict; for records written before it was, read
-    from the bound (a lone ``>=`` guards a higher-is-better quantity, a lone ``<=`` a lower one)."""
-    if verdict.get("direction") in ("lower", "higher"):
-        return verdict["direction"]
-    bound = str(verdict.get("bound") or "")
-    has_min, has_max = ">=" in bound, "<=" in bound
-    return "higher" if has_min and not has_max else "lower" if has_max and not has_min else None
-
-
 def _fmt(x: float) -> str:
     return f"{x:.4g}"
 
@@ -160,17 +150,14 @@ def claim_tracked(verdict: dict) -> Tracked | str | None:
     cid, q = verdict.get("claim_id"), verdict.get("quantity")
     if verdict.get("injected") or not isinstance(q, (int, float)) or isinstance(q, bool):
         return None
-    kind, direction = verdict.get("kind") or "ratio", _direction(verdict)
+    kind, direction = verdict.get("kind") or "ratio", tracking.verdict_direction(verdict)
     if direction is None:
         return f"{cid}: cannot tell which way is better from its bound {verdict.get('bound')!r}"
     metric = verdict.get("metric") or "value"
     baseline, candidate = verdict.get("baseline") or "baseline", verdict.get("candidate") or "candidate"
     form, unit = tracking.form_and_unit(kind, direction, metric, baseline, candidate)
     value = tracking.oriented(form, kind, float(q))
-    lo, hi = verdict.get("min"), verdict.get("max")
-    if lo is None and hi is None:   # older records: the bound's numbers from its text
-        found = dict(re.findall(r"(>=|<=) (-?[0-9.eE+-]+)", str(verdict.get("bound") or "")))
-        lo, hi = (float(found[k]) if k in found else None for k in (">=", "<="))
+    lo, hi = tracking.verdict_bounds(verdict)
     limit = tracking.oriented_bound(form, kind, direction, lo, hi)
     unit_with_bound = unit[:-1] + (f"; claim: at most {_fmt(limit)})" if limit is not None else ")")
     code = "\n".join([

@@ -21,6 +21,7 @@ pytest runs) both name and orient their numbers here.
 from __future__ import annotations
 
 import math
+import re
 
 FORMS = ("ratio", "inverse_ratio", "reduction", "value", "inverse_value")
 
@@ -61,3 +62,28 @@ def oriented_bound(form: str, kind: str, direction: str, lo: float | None, hi: f
     of the tracked number; None when the claim has none."""
     bound = lo if direction == "higher" else hi
     return None if bound is None else oriented(form, kind, bound)
+
+
+# --- what a recorded verdict says about its claim --------------------------------------------------
+
+_BOUND = re.compile(r"(>=|<=) (-?[0-9.]+(?:[eE][+-]?[0-9]+)?)")
+
+
+def verdict_bounds(verdict: dict) -> tuple[float | None, float | None]:
+    """(min, max) of the claim a recorded verdict judged: its ``min``/``max`` fields, or for records
+    written before the verdict carried them, the numbers in its bound text ('>= 2.18 (tolerance 0.1)')."""
+    lo, hi = verdict.get("min"), verdict.get("max")
+    if lo is None and hi is None:
+        found = dict(_BOUND.findall(str(verdict.get("bound") or "")))
+        lo, hi = (float(found[k]) if k in found else None for k in (">=", "<="))
+    return lo, hi
+
+
+def verdict_direction(verdict: dict) -> str | None:
+    """Which way is better for the claim's quantity: recorded in the verdict, or for older records read
+    from its bound (a lone minimum guards a higher-is-better quantity, a lone maximum a lower one);
+    None when a two-sided bound leaves it open."""
+    if verdict.get("direction") in ("lower", "higher"):
+        return verdict["direction"]
+    lo, hi = verdict_bounds(verdict)
+    return "higher" if lo is not None and hi is None else "lower" if hi is not None and lo is None else None

@@ -395,3 +395,19 @@ def test_asv_regressions_page_flags_the_worse_night(browser, imported_site, nigh
     assert row["text"].startswith(claim_bench) and "2026-11-29" in row["text"] and "1.33x" in row["text"], row
     assert any(f"machine={nightly_records['cluster']}" in link for link in row["links"]), row
     assert page.errors() == []
+
+
+def test_history_page_draws_a_claims_series(browser, nightly_records, tmp_path):
+    """`hpcnet history CLAIM_ID --html`: the series chart renders, one row per night."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for p in [*nightly_records["three"], nightly_records["worse"]]:
+        (runs / p.name).write_bytes(p.read_bytes())
+    page_path = tmp_path / "series.html"
+    assert main(["history", nightly_records["claim"], "--dir", str(runs), "--html", str(page_path)]) == 0
+    page = browser.open(page_path.as_uri())
+    charts = page.evaluate(MEASURE_CHARTS)
+    assert [c["kind"] for c in charts] == ["series"] and chart_problems(charts) == []
+    assert page.evaluate("document.querySelectorAll('tr.pass').length") == 3
+    assert page.evaluate("document.querySelectorAll('tr.fail').length") == 1
+    assert page.errors() == []

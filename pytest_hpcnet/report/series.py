@@ -8,9 +8,9 @@ the same table ``hpcnet history CLAIM_ID`` prints. Inline SVG, no scripts, like 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
+from .. import tracking
 from ..results import write_atomic
 from . import plots
 from .html import _CSS, _e, _figure, _table
@@ -19,11 +19,8 @@ OUTCOME_COLOURS = {"pass": "#2ca02c", "warn": "#e6a700", "fail": "#d62728"}
 
 
 def _bounds(verdict: dict) -> dict[str, float]:
-    out = {k: float(verdict[k]) for k in ("min", "max") if isinstance(verdict.get(k), (int, float))}
-    if not out:   # records written before the verdict carried its bounds: read them from the text
-        for op, value in re.findall(r"(>=|<=) (-?[0-9.eE+-]+)", str(verdict.get("bound") or "")):
-            out["min" if op == ">=" else "max"] = float(value)
-    return out
+    lo, hi = tracking.verdict_bounds(verdict)
+    return {name: value for name, value in (("min", lo), ("max", hi)) if value is not None}
 
 
 def series_chart(points, *, title: str) -> str:
