@@ -80,10 +80,16 @@ def run_time(record: RunRecord, where: str) -> datetime:
 # --- machine -------------------------------------------------------------------------------------
 
 def machine_name(prov: dict) -> str:
+    """The cluster a run was on: the inventory's name; ``local:N``/``netns:N`` with the host's name (the
+    cluster is that host); a Slurm allocation by the Slurm cluster's name, not the job's."""
     cluster = prov.get("cluster") or {}
-    name = cluster.get("name") or cluster.get("source") or "cluster"
-    if str(cluster.get("source") or name).startswith(("local:", "netns:")):
-        name = f"{str(prov.get('host') or 'host').split('.')[0]}-{name}"   # local clusters are their host
+    name = str(cluster.get("name") or cluster.get("source") or "cluster")
+    source = str(cluster.get("source") or name)
+    if source.startswith(("local:", "netns:")):
+        name = f"{str(prov.get('host') or 'host').split('.')[0]}-{name}"
+    elif source == "slurm":
+        parts = name.split(":")          # slurm:<cluster>:<job>
+        name = f"slurm-{parts[1]}" if len(parts) == 3 else "slurm"
     return slug(name)
 
 

@@ -174,3 +174,11 @@ def test_the_plugin_adds_the_run_at_its_end(pytester, tmp_path):
     result.stdout.fnmatch_lines([f"pytest-hpcnet: could not add the run to the asv project {store}*"])
     assert result.ret == pytest.ExitCode.INTERNAL_ERROR and "Traceback" not in result.stdout.str()
     assert len(list((tmp_path / "runs").glob("*.json"))) == 2   # the record itself is kept
+
+
+def test_a_cluster_keeps_its_machine_name_across_runs():
+    assert asv_import.machine_name({"host": "login1.hpc", "cluster": {"name": "local:4", "source": "local:4"}}) \
+        == "login1-local_4"
+    assert asv_import.machine_name({"cluster": {"name": "openpower", "source": "fixtures/op.toml"}}) == "openpower"
+    jobs = [{"cluster": {"name": f"slurm:ri2:{job}", "source": "slurm"}} for job in (101, 202)]
+    assert {asv_import.machine_name(p) for p in jobs} == {"slurm-ri2"}     # one cluster, whatever the job
