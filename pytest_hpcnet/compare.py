@@ -225,7 +225,7 @@ def add_commands(subparsers) -> None:
     p = subparsers.add_parser("compare", help="compare two run records; exit 1 on a significant regression "
                               "or a claim that became FAIL, 2 when nothing is comparable",
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("run_a", metavar="RUN_A.json", help="the baseline run record")
+    p.add_argument("run_a", metavar="RUN_A.json", help="the baseline run record (with --against: the run to judge)")
     p.add_argument("run_b", metavar="RUN_B.json", nargs="?", help="the run to judge against it")
     p.add_argument("--against", choices=["previous"], default=None,
                    help="compare the one run given (RUN_A.json, the run to judge) with the last comparable "

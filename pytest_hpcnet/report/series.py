@@ -2,7 +2,7 @@
 
 The chart puts each run on the x axis in time order (labelled with its date and stack version), the
 claim's measured quantity as a point coloured by its verdict, its confidence interval as an error bar,
-and the claim's bound(s) as dashed lines, so a drift towards the bound shows before it fails. Below it,
+one line per cluster and target, and the claim's bound(s) as dashed lines, so a drift towards the bound shows before it fails. Below it,
 the same table ``hpcnet history CLAIM_ID`` prints. Inline SVG, no scripts, like the run report.
 """
 
@@ -24,30 +24,39 @@ def _bounds(verdict: dict) -> dict[str, float]:
 
 
 def series_chart(points, *, title: str) -> str:
-    """The claim's quantity per run (points with CI bars, coloured by verdict) and its bounds."""
+    """The claim's quantity per run (points with CI bars, coloured by verdict), one line per cluster and
+    target (runs of different clusters are not one series), and the claim's bounds."""
     measured = [(i, p) for i, p in enumerate(points) if isinstance(p.verdict.get("quantity"), (int, float))]
     if not measured:
         raise ValueError("no run measured this claim's quantity")
+    groups: dict[str, list] = {}
+    for i, p in measured:
+        groups.setdefault(f"{p.run.cluster} / {p.run.target}", []).append((i, p))
+    colours = plots.colour_map(groups)
     plt = plots._pyplot()
-    fig, ax = plt.subplots(figsize=(min(14.0, max(5.0, 0.6 * len(points) + 2.0)), 3.4))
+    fig, ax = plt.subplots(figsize=(min(14.0, max(5.0, 1.2 * len(points) + 2.0)), 3.6))
     try:
-        xs = [i for i, _ in measured]
-        ys = [float(p.verdict["quantity"]) for _, p in measured]
-        ax.plot(xs, ys, color="#888", linewidth=1, zorder=1)
-        for (i, p), y in zip(measured, ys):
-            ci = p.verdict.get("ci")
-            err = [[y - ci[0]], [ci[1] - y]] if ci else None
-            ax.errorbar([i], [y], yerr=err, fmt="o", capsize=3, zorder=2,
-                        color=OUTCOME_COLOURS.get(p.verdict.get("outcome"), "#7f7f7f"))
+        for name, members in groups.items():
+            xs = [i for i, _ in members]
+            ys = [float(p.verdict["quantity"]) for _, p in members]
+            ax.plot(xs, ys, color=colours[name], linewidth=1.2, zorder=1, label=name)
+            for (i, p), y in zip(members, ys):
+                ci = p.verdict.get("ci")
+                err = [[y - ci[0]], [ci[1] - y]] if ci else None
+                ax.errorbar([i], [y], yerr=err, fmt="o", capsize=3, zorder=2, ecolor=colours[name],
+                            markeredgecolor=colours[name],
+                            color=OUTCOME_COLOURS.get(p.verdict.get("outcome"), "#7f7f7f"))
         for name, value in _bounds(points[-1].verdict).items():
             ax.axhline(value, linestyle="--", color="#555", linewidth=1)
             ax.annotate(f"{name} {value:g}", (0, value), xytext=(2, 2), textcoords="offset points", fontsize=7)
         labels = [f"{p.run.date[:10]}\n{p.run.target_text}" for p in points]
-        ax.set_xticks(range(len(points)), labels, fontsize=7, rotation=30 if len(points) > 6 else 0)
+        ax.set_xticks(range(len(points)), labels, fontsize=7, rotation=30 if len(points) > 8 else 0,
+                      ha="right" if len(points) > 8 else "center")
         ax.set_xlim(-0.5, len(points) - 0.5)
         ax.set_ylabel(points[-1].verdict.get("kind") or "value")
         ax.set_title(title, fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
         return plots._svg(fig)
     finally:
         plt.close(fig)
