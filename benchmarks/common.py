@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
+from pytest_hpcnet import tracking
 from pytest_hpcnet.claims import Claim, load_claims
 from pytest_hpcnet.measure import Measurement, measurement, ratio_ci
 from pytest_hpcnet.sockets import recv_exact
@@ -76,17 +77,9 @@ def samples_for(measurements: list[Measurement], metric: str, config: str) -> li
 # --- claims as lower-is-better numbers ----------------------------------------------------------------
 
 def lower_is_better_form(claim: Claim) -> tuple[str, str]:
-    """(name suffix, asv unit) of the number tracked for ``claim``; lower is better for every form."""
-    base, cand = claim.baseline, claim.candidate
-    if claim.kind == "absolute":
-        return ("value", f"{claim.metric} (lower is better)") if claim.direction == "lower" else \
-            ("inverse_value", f"1/{claim.metric} (lower is better)")
-    if claim.kind == "ratio" and claim.direction == "higher":
-        return "inverse_ratio", f"ratio {base} / {cand} (lower is better)"
-    if claim.kind == "reduction" and claim.direction == "lower":
-        return "reduction", f"reduction 1 - {cand} / {base} (lower is better)"
-    # a ratio that should stay low, or a reduction that should stay high: track candidate/baseline
-    return "ratio", f"ratio {cand} / {base} (lower is better)"
+    """(name suffix, asv unit) of the number tracked for ``claim``; lower is better for every form
+    (``pytest_hpcnet.tracking``, which ``hpcnet asv-import`` uses for the claims runs measured)."""
+    return tracking.form_and_unit(claim.kind, claim.direction, claim.metric, claim.baseline, claim.candidate)
 
 
 def lower_is_better(claim: Claim, measurements: list[Measurement]) -> float:

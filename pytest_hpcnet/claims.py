@@ -328,6 +328,15 @@ class Verdict:
     sensitivity: float | None = None  # smallest injected regression this gate fails at (local gates)
     samples: dict | None = None     # {"baseline": [...], "candidate": [...]}: what the verdict judged
     bound_from: str | None = None   # the override that set the bound, when not the shipped claim
+    # what the claim tracks, so a record read without the claims files (history, asv-import) can orient
+    # and describe the quantity; empty in records written before these fields existed
+    statement: str = ""
+    metric: str = ""
+    direction: str = ""             # which way is better for the quantity
+    baseline: str | None = None
+    candidate: str = ""
+    min: float | None = None
+    max: float | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -566,7 +575,14 @@ def evaluate(claim: Claim, baseline: Side | None, candidate: Side, *, inject_reg
     return Verdict(claim_id=claim.id, outcome=outcome, quantity=point, ci=(lo, hi),
                    bound=claim.bound_text(), source=claim.source, reason=reason, kind=claim.kind,
                    confidence=coverage, n=n, enforced=claim.enforced, first_rounds=n,
-                   injected=inject_regression, samples=samples, bound_from=claim.bound_from)
+                   injected=inject_regression, samples=samples, bound_from=claim.bound_from,
+                   **_tracked(claim))
+
+
+def _tracked(claim: Claim) -> dict:
+    """The Verdict fields that say what ``claim`` tracks (its statement, metric, orientation, bounds)."""
+    return {"statement": claim.statement, "metric": claim.metric, "direction": claim.direction,
+            "baseline": claim.baseline, "candidate": claim.candidate, "min": claim.min, "max": claim.max}
 
 
 def undecided(claim: Claim, verdict: Verdict) -> bool:
@@ -635,11 +651,11 @@ def not_applicable(claim: Claim, missing: Mapping[str, Sequence[str]]) -> Verdic
         reason = "not applicable on this cluster"
     return Verdict(claim_id=claim.id, outcome="n/a", quantity=None, ci=None, bound=claim.bound_text(),
                    source=claim.source, reason=reason, kind=claim.kind, enforced=claim.enforced,
-                   bound_from=claim.bound_from)
+                   bound_from=claim.bound_from, **_tracked(claim))
 
 
 def not_evaluated(claim: Claim, reason: str) -> Verdict:
     """A claim of a suite that ran, which no test evaluated (its test was skipped or deselected)."""
     return Verdict(claim_id=claim.id, outcome="not evaluated", quantity=None, ci=None,
                    bound=claim.bound_text(), source=claim.source, reason=reason, kind=claim.kind,
-                   enforced=claim.enforced, bound_from=claim.bound_from)
+                   enforced=claim.enforced, bound_from=claim.bound_from, **_tracked(claim))

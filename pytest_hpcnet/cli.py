@@ -25,6 +25,9 @@ COMMAND_MODULES = (
     "pytest_hpcnet.workloads.dfsio.commands",
     "pytest_hpcnet.crosscheck",
     "pytest_hpcnet.vm.commands",
+    "pytest_hpcnet.asv_import",
+    "pytest_hpcnet.history",
+    "pytest_hpcnet.export",
 )
 
 

@@ -27,6 +27,7 @@ import json
 import math
 import sys
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from scipy import stats
 
@@ -224,8 +225,13 @@ def add_commands(subparsers) -> None:
     p = subparsers.add_parser("compare", help="compare two run records; exit 1 on a significant regression "
                               "or a claim that became FAIL, 2 when nothing is comparable",
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("run_a", metavar="RUN_A.json", help="the baseline run record")
-    p.add_argument("run_b", metavar="RUN_B.json", help="the run to judge against it")
+    p.add_argument("run_a", metavar="RUN_A.json", help="the baseline run record (with --against: the run to judge)")
+    p.add_argument("run_b", metavar="RUN_B.json", nargs="?", help="the run to judge against it")
+    p.add_argument("--against", choices=["previous"], default=None,
+                   help="compare the one run given (RUN_A.json, the run to judge) with the last comparable "
+                        "run before it: same cluster and target (see hpcnet history)")
+    p.add_argument("--dir", type=Path, default=None, metavar="D",
+                   help="where --against looks for runs (default: the given record's directory)")
     p.add_argument("--factor", type=float, default=DEFAULT_FACTOR,
                    help=f"a regression must be worse than this ratio of medians (default {DEFAULT_FACTOR})")
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
@@ -235,9 +241,18 @@ def add_commands(subparsers) -> None:
 
 
 def _compare_command(args) -> int:
-    from pathlib import Path
     from .results import load
-    a, b = load(Path(args.run_a)), load(Path(args.run_b))
+    run_a, run_b = Path(args.run_a), args.run_b
+    if args.against is not None:
+        if run_b is not None:
+            raise ConfigError("give one run with --against previous, not two", "--against")
+        from .history import resolve_previous
+        run_a, run_b = resolve_previous(run_a, args.dir, warn=lambda line: print(f"hpcnet compare: {line}",
+                                                                                 file=sys.stderr)), run_a
+        print(f"previous comparable run: {run_a}")
+    elif run_b is None:
+        raise ConfigError("give two run records, or one with --against previous", "compare")
+    a, b = load(Path(run_a)), load(Path(run_b))
     result = compare(a, b, factor=args.factor, alpha=args.alpha)
     regressions, failures = result.regressions, result.new_failures
     status = 2 if not result.comparable else 1 if regressions or failures else 0

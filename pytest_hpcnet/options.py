@@ -139,6 +139,9 @@ SETTINGS = (
             "enforce", parse=_verdicts),
     Setting("sysroot", "read /sys and /proc of every node under this directory (canned hardware trees)",
             None, parse=_directory, shown="/"),
+    Setting("asv", "at the end of the run, add its record to this asv project of claims over time "
+            "(as `hpcnet asv-import RUN.json --into DIR`; made when missing)", None,
+            parse=lambda v: str(Path(_nonempty(v)))),
     Setting("probe_errors", "a node whose hardware probe fails: error (stop the run, naming the node and "
             "the cause) or warn (run on, that node having only its declared features)", "error",
             parse=_probe_errors),

@@ -194,6 +194,11 @@ def pytest_sessionfinish(session, exitstatus):
     except OSError as e:
         hs.record_error = f"pytest-hpcnet: cannot write the run record into {hs.report_dir}: {e.strerror or e}"
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        return
+    if hs.asv_dir is not None:
+        imported, hs.asv_line = hs.import_to_asv(hs.record_path)
+        if not imported:   # the record is kept; the run says the history has a gap
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -212,6 +217,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         for line in verdicts_summary(hs.verdicts):
             tr.write_line(line)
     tr.write_line(f"hpcnet run record: {hs.record_path}")
+    if getattr(hs, "asv_line", None):
+        tr.write_line(hs.asv_line, red=not hs.asv_line.startswith("hpcnet asv: added"))
     for line in getattr(hs, "late_report", ()):
         tr.write_line(f"claim failed the run: {line}", red=True, bold=True)
     if getattr(hs, "canary_report", None):

@@ -13,6 +13,7 @@ import platform
 import socket
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
@@ -86,10 +87,33 @@ class RunRecord:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"{self.run_id}.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True))
-        tmp.replace(path)  # a reader never sees half a record
+        write_atomic(path, json.dumps(self.to_json(), indent=1, sort_keys=True))
         return path
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader sees the old file or the whole new one, never half.
+
+    The text goes to a temporary file of a name no other writer uses (``mkstemp`` in the same
+    directory, hidden, not ``*.json``, so a directory listing never picks it up), is flushed to disk,
+    and then replaces ``path`` in one ``os.replace`` (atomic within a file system). Two runs writing
+    into one directory at once each write their own temporary file.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)   # mkstemp makes 0600; a record is read by others (CI, a web server)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def load(path: Path) -> RunRecord:

@@ -69,6 +69,9 @@ class HpcnetSession:
         self.args = list(args)
         self.report_dir = Path(values["report"])
         check_writable_dir(self.report_dir, where["report"])
+        self.asv_dir = Path(values["asv"]) if values.get("asv") else None
+        if self.asv_dir is not None:
+            check_writable_dir(self.asv_dir, where["asv"])
         self.probe_errors = values["probe_errors"]
         self.rounds = values["rounds"] or DEFAULT_ROUNDS
         self.max_rounds = values["max_rounds"]     # None: three times each comparison's own rounds
@@ -329,6 +332,16 @@ class HpcnetSession:
             prov["canary"] = self.canary
         return RunRecord(run_id=new_run_id(), provenance=prov, measurements=self.measurements,
                          verdicts=self.verdicts)
+
+    def import_to_asv(self, record_path: Path) -> tuple[bool, str]:
+        """Add the written run record to the asv project ``--hpcnet-asv`` names: (done, line to print)."""
+        from .asv_import import import_records
+        try:
+            result = import_records(self.asv_dir, [record_path])
+        except (HpcnetError, OSError) as e:
+            return False, f"pytest-hpcnet: could not add the run to the asv project {self.asv_dir}: {e}"
+        return True, (f"hpcnet asv: added to {self.asv_dir} ({result.runs} run(s), {result.benchmarks} "
+                      f"benchmark(s)); cd {self.asv_dir} && asv publish")
 
     def close(self) -> None:
         self.launchers.close()

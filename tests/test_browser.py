@@ -321,3 +321,93 @@ def test_published_asv_site_lists_the_benchmarks_without_errors(browser, asv_sit
     drawn = graph.wait_for("[...document.querySelectorAll('#graph-display canvas')].filter(c => c.width > 100 && c.height > 100).length")
     assert drawn, "no graph canvas on the benchmark's page"
     assert graph.errors() == []
+
+
+# --- run records imported into asv (hpcnet asv-import) ---------------------------------------------
+
+@pytest.fixture
+def imported_site(tmp_path, nightly_records):
+    """``make_site(records)``: an asv project of those run records (hpcnet asv-import), published with
+    asv's own ``asv publish``, libraries made local, served from 127.0.0.1; returns the base URL."""
+    assets = asv_site.default_assets_dir()
+    if asv_site.missing_assets(assets):
+        pytest.skip(f"the asv site's JavaScript libraries are not in {assets}; "
+                    "run `hpcnet asv-site fetch` once (needs npm and the npm registry)")
+    from pytest_hpcnet import asv_import
+    if asv_import.asv_executable() is None:
+        pytest.skip("asv is not installed (pip install 'asv>=0.6.6,<0.7')")
+    servers = []
+
+    def make_site(records, name):
+        store = tmp_path / name
+        assert main(["asv-import", *map(str, records), "--into", str(store), "--publish"]) == 0
+        server = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1", "0"],
+                                  cwd=store / "html", stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                  stdin=subprocess.DEVNULL)
+        servers.append(server)
+        port = re.search(r"port (\d+)", server.stdout.readline())
+        assert port
+        return f"http://127.0.0.1:{port.group(1)}/"
+
+    try:
+        yield make_site
+    finally:
+        for server in servers:
+            server.kill()
+            server.wait()
+
+
+# each drawn series of the benchmark's main graph: its legend label and its points (flot keeps the plot
+# object on the placeholder; a point is [x, y], y null where that commit has no result)
+GRAPH_SERIES = """
+(() => { const plot = $('#main-graph').data('plot');
+  if (!plot) return null;
+  return plot.getData().map(s => ({label: s.label || '', points: s.data.filter(p => p[1] !== null).length})); })()
+"""
+ACTIVE_MACHINES = "[...document.querySelectorAll('.btn.active')].map(b => b.textContent.trim())"
+
+
+def test_asv_site_shows_three_nights_of_a_seed_claim_on_its_cluster(browser, imported_site, nightly_records):
+    """Three nights, three stack versions, one project commit: three points on the cluster's line."""
+    claim_bench = f"claims.{nightly_records['claim']}"
+    base = imported_site([*nightly_records["three"], nightly_records["elsewhere"]], "three")
+    page = browser.open(f"{base}index.html#{claim_bench}?machine={nightly_records['cluster']}")
+    series = page.wait_for(GRAPH_SERIES)
+    assert series, "the claim's graph was not drawn"
+    assert [s["points"] for s in series] == [3], series            # this machine's line only: three runs
+    assert nightly_records["cluster"] in page.evaluate(ACTIVE_MACHINES)
+    assert "other-cluster" not in page.evaluate(ACTIVE_MACHINES)
+    drawn = page.evaluate("[...document.querySelectorAll('#graph-display canvas')].filter(c => c.width > 100).length")
+    assert drawn
+    labels = page.evaluate("document.querySelector('#main-graph').innerText")   # the tags asv draws
+    assert all(f"reference-{night.version}@" in labels for night in nightly_records["nights"][:3]), labels
+    assert page.errors() == []
+
+
+def test_asv_regressions_page_flags_the_worse_night(browser, imported_site, nightly_records):
+    claim_bench = f"claims.{nightly_records['claim']}"
+    base = imported_site([*nightly_records["three"], nightly_records["worse"], nightly_records["elsewhere"]], "four")
+    page = browser.open(f"{base}index.html#regressions")
+    rows = page.wait_for("[...document.querySelectorAll('#regressions-display tbody tr')]"
+                         ".map(r => ({text: r.innerText, links: [...r.querySelectorAll('a')].map(a => a.href)}))")
+    assert rows and len(rows) == 1, rows            # the claim on its cluster, nothing else
+    [row] = rows
+    assert row["text"].startswith(claim_bench) and "2026-11-29" in row["text"] and "1.33x" in row["text"], row
+    assert any(f"machine={nightly_records['cluster']}" in link for link in row["links"]), row
+    assert page.errors() == []
+
+
+def test_history_page_draws_a_claims_series(browser, nightly_records, tmp_path):
+    """`hpcnet history CLAIM_ID --html`: the series chart renders, one row per night."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for p in [*nightly_records["three"], nightly_records["worse"]]:
+        (runs / p.name).write_bytes(p.read_bytes())
+    page_path = tmp_path / "series.html"
+    assert main(["history", nightly_records["claim"], "--dir", str(runs), "--html", str(page_path)]) == 0
+    page = browser.open(page_path.as_uri())
+    charts = page.evaluate(MEASURE_CHARTS)
+    assert [c["kind"] for c in charts] == ["series"] and chart_problems(charts) == []
+    assert page.evaluate("document.querySelectorAll('tr.pass').length") == 3
+    assert page.evaluate("document.querySelectorAll('tr.fail').length") == 1
+    assert page.errors() == []

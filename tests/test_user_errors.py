@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # (arguments, what the error line must name); {d} is a scratch directory holding good.json (a real run
-# record), garbage.json, run.html and a plain file notadir
+# record), garbage.json, run.html, a plain file notadir and runs/ (holding a copy of good.json)
 CLI_CASES = [
     (["report", "{d}/garbage.json"], "garbage.json"),
     (["report", "{d}/missing.json"], "missing.json"),
@@ -37,6 +37,22 @@ CLI_CASES = [
     (["dfsio", "-write", "-nrFiles", "1", "-size", "1MB", "--fs", "posix:{d}/missing/x"], "missing/x"),
     (["dfsio", "-write", "--bogus", "1"], "--bogus"),
     (["qjump", "run", "-p", "9", "--", "true"], "9"),
+    (["asv-import", "{d}/garbage.json", "--into", "{d}/asv"], "garbage.json"),
+    (["asv-import", "{d}/missing.json", "--into", "{d}/asv"], "missing.json"),
+    (["asv-import", "{d}", "--into", "{d}/asv"], "a directory"),
+    (["asv-import", "{d}/good.json", "--into", "{d}/notadir"], "notadir"),
+    (["history", "--dir", "{d}/missing"], "missing"),
+    (["history", "--dir", "{d}/notadir"], "notadir"),
+    (["history", "no.such.claim", "--dir", "{d}/runs"], "no.such.claim"),
+    (["history", "--dir", "{d}", "--html", "{d}/x.html"], "CLAIM_ID"),
+    (["compare", "{d}/runs/good.json", "--against", "previous"], "no earlier run"),
+    (["compare", "{d}/good.json", "--against", "latest"], "latest"),
+    (["compare", "{d}/good.json", "{d}/good.json", "--against", "previous"], "--against"),
+    (["compare", "{d}/good.json"], "--against previous"),
+    (["export", "{d}/good.json", "--format", "xml"], "xml"),
+    (["export", "{d}/garbage.json", "--format", "csv"], "garbage.json"),
+    (["export", "{d}/missing.json", "--format", "influx"], "missing.json"),
+    (["export", "{d}/good.json", "--format", "csv", "-o", "{d}/notadir/x.csv"], "notadir"),
 ]
 
 
@@ -48,9 +64,10 @@ def scratch(tmp_path_factory) -> Path:
     (d / "notadir").write_text("")
     from pytest_hpcnet.measure import measurement
     from pytest_hpcnet.results import RunRecord
-    record = RunRecord(run_id="good", provenance={}, measurements=[
+    record = RunRecord(run_id="good", provenance={"time": "2026-12-01T00:00:00+00:00"}, measurements=[
         measurement("rpc.echo.rtt", [1.0, 2.0], unit="us", direction="lower", config="transport=tcp")])
     record.write(d)
+    record.write(d / "runs")     # a directory of run records with nothing else in it
     return d
 
 

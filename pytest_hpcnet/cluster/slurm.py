@@ -260,5 +260,8 @@ def cluster_from_allocation(root: Path, where: str | None = None) -> Cluster:
                        shared=shared, launcher="slurm", python=python) for n in names)
     from .inventory import derive_controller
     controller, how = derive_controller(nodes)
-    return Cluster(name=f"slurm:{job}", nodes=nodes, source="slurm", shared=shared, controller=controller,
+    # the Slurm cluster's own name (Slurm sets it in every job) names the cluster across jobs: the
+    # nightly history of one cluster is one line, whatever the job id
+    name = f"slurm:{os.environ.get('SLURM_CLUSTER_NAME') or 'cluster'}:{job}"
+    return Cluster(name=name, nodes=nodes, source="slurm", shared=shared, controller=controller,
                    controller_source=how)
