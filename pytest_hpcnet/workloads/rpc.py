@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 # client processes this module also runs as must start fast, and scipy alone takes ~0.5 s to import.
 
 LATENCY_METRIC = "rpc.echo.rtt"
-INTERLEAVED_METRIC = "rpc.echo.rtt.interleaved"
+INTERLEAVED_METRIC = "rpc.echo.rtt.floor"   # per round, the fastest call (interleaved_echo)
 THROUGHPUT_METRIC = "rpc.echo.calls_per_second"
 PEAK_THROUGHPUT_METRIC = "rpc.echo.peak_calls_per_second"   # per round, the best over the client counts
 SWEEP_SIZES = (1, 64, 1024, 16384, 65536, 1 << 20)
@@ -214,7 +214,8 @@ def paired_latency(sweep: Iterable[Measurement], launchers: Launchers, server_no
 def interleaved_echo(baseline: tuple, candidate: tuple, size: int, *, rounds: int, calls: int = 20,
                      warmup: int = 100, timeout: float = 60.0, one_core: bool = True) -> Paired:
     """Echo round trips of two configurations in this process (server threads and client), taking
-    turns call by call (A B, B A, ...): per round, the median of ``calls`` calls of each, in µs.
+    turns call by call (A B, B A, ...): per round, the fastest of ``calls`` calls of each (its floor),
+    in µs.
 
     A configuration is ``(transport, buffers[, network[, impl]])``. An ``impl=native`` one's server and
     client are the native core's, and each of its calls is timed inside the core (``echo_samples`` of
@@ -226,9 +227,10 @@ def interleaved_echo(baseline: tuple, candidate: tuple, size: int, *, rounds: in
     (``measure.on_one_core``): a round trip is then the CPU work of both ends and their context
     switches, with no idle CPU inside it, so the ratio is the same on an idle box (where every
     cross-CPU wake-up first wakes a sleeping vCPU) and a loaded one (where it waits for a neighbour).
-    Measured on this 2-core VM, per-round medians: native/Python 0.416 idle, 0.427 and 0.409 with two
-    and four busy loops beside it; unpinned 0.586 idle. The per-round ratio's log has about 0.01-0.05
-    sd. ``more`` takes further rounds (on new connections, by the same procedure).
+    A neighbour's time slice can still land inside a call and only ever adds to it, so a round keeps
+    its fastest call: the call nothing interrupted. Measured on this 2-core VM (native/Python): per-round
+    medians unpinned 0.586 idle and 0.41-0.43 loaded; pinned, medians 0.25-0.44 and floors 0.37-0.43
+    from idle to load 50. ``more`` takes further rounds (on new connections, by the same procedure).
     """
     from ..measure import Paired
     from ..reference.rpc import make_client, make_server
@@ -256,8 +258,8 @@ def interleaved_echo(baseline: tuple, candidate: tuple, size: int, *, rounds: in
                 for forward in abba(calls, r):
                     for i in ((0, 1) if forward else (1, 0)):
                         times[i].append(timed[i]())
-                base.append(statistics.median(times[0]))
-                cand.append(statistics.median(times[1]))
+                base.append(min(times[0]))
+                cand.append(min(times[1]))
             return list(base), list(cand)
         more(rounds)
         paired = Paired(config_name(*baseline), config_name(*candidate), list(base), list(cand),
