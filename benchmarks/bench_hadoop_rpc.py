@@ -21,6 +21,7 @@ Where Java, the jars or the native core are missing it says so and exits 1 (asv 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import sys
@@ -33,6 +34,7 @@ except ImportError:
     from bench_native import calls_per_second as native_calls_per_second
 
 PER_SECOND = re.compile(r"^Calls per second: ([0-9.]+)\s*$", re.M)
+CPU_PER_CALL = re.compile(r"^CPU time per call on (client|server): ([0-9]+) ns", re.M)
 
 
 def unavailable() -> str | None:
@@ -61,13 +63,16 @@ def hadoop_calls_per_second(clients: int, server_threads: int, size: int, second
     if not warmed:
         raise RuntimeError(f"RPCCallBenchmark printed {len(per_second)} per-second lines, "
                            f"none after the {warmup} s warm-up")
-    return {"warmed": statistics.fmean(warmed), "total": r.details["calls_per_second"], "per_second": per_second}
+    cpu = {side: int(ns) / 1000 for side, ns in CPU_PER_CALL.findall(r.output)}
+    return {"warmed": statistics.fmean(warmed), "total": r.details["calls_per_second"], "per_second": per_second,
+            "cpu_us_per_call": cpu.get("client", float("nan")) + cpu.get("server", float("nan"))}
 
 
 def side_by_side(clients: int = 8, server_threads: int = 8, size: int = 1024, seconds: int = 10,
                  warmup: int = 5, rounds: int = 2) -> dict:
-    """{"hadoop": [warmed calls/s per round], "hadoop_total": [...], "native": [calls/s per round]}."""
-    out: dict = {"hadoop": [], "hadoop_total": [], "native": []}
+    """{"hadoop": [warmed calls/s per round], "hadoop_total": [...], "hadoop_cpu": [its CPU us per call,
+    client + server], "native": [calls/s per round]}."""
+    out: dict = {"hadoop": [], "hadoop_total": [], "hadoop_cpu": [], "native": []}
     for r in range(rounds):
         order = ("hadoop", "native") if r % 2 == 0 else ("native", "hadoop")
         for who in order:
@@ -75,6 +80,7 @@ def side_by_side(clients: int = 8, server_threads: int = 8, size: int = 1024, se
                 h = hadoop_calls_per_second(clients, server_threads, size, seconds, warmup)
                 out["hadoop"].append(h["warmed"])
                 out["hadoop_total"].append(h["total"])
+                out["hadoop_cpu"].append(h["cpu_us_per_call"])
             else:
                 out["native"].append(native_calls_per_second("rpc-native", clients, seconds, size))
     return out
@@ -129,12 +135,15 @@ def main(argv=None) -> int:
     run = side_by_side(a.clients, a.server_threads, a.size, a.seconds, a.warmup, a.rounds)
     rows = [["Hadoop RPCCallBenchmark (warmed)", *(f"{x:.0f}" for x in run["hadoop"])],
             ["Hadoop RPCCallBenchmark (its Total, whole run)", *(f"{x:.0f}" for x in run["hadoop_total"])],
-            ["native server + client processes", *(f"{x:.0f}" for x in run["native"])]]
+            ["native server + client processes", *(f"{x:.0f}" for x in run["native"])],
+            ["(Hadoop's CPU per call, client + server, us: its own figure)", *(f"{x:.0f}" for x in run["hadoop_cpu"])]]
     print(f"echo calls/s, {a.clients} clients, {a.size} B, {a.seconds} s per run "
           f"(Hadoop: -c {a.clients} -s {a.server_threads} -m {a.size} -t {a.warmup + a.seconds}, "
           f"first {a.warmup} s dropped)")
     print(tabulate(rows, headers=["path"] + [f"round {i + 1}" for i in range(a.rounds)]))
     print(f"native / Hadoop calls/s (medians): {ratio(run):.2f}x (goal >= 2x)")
+    print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (on a shared box the "
+          "figures are each stack's share of it)")
     return 0
 
 
