@@ -165,4 +165,5 @@ canary: setup
 	if [ $$status = 5 ]; then echo "make canary: pytest collected no tests" >&2; fi; exit $$status
 
 clean:
-	rm -rf $(VENV) .hpcnet .pytest_cache build *.egg-info native/target native/fuzz/target native/fuzz/artifacts
+	rm -rf $(VENV) .hpcnet .pytest_cache build *.egg-info native/target native/fuzz/target native/fuzz/artifacts \
+	       native/python/pytest_hpcnet_native/*.so
