@@ -11,31 +11,32 @@ PYTEST_ARGS ?=
 
 .PHONY: setup run test guest hadoop-target gates canary netns-suites fuzz clean asv-assets hadoop-jars
 
-# The native core (native/: Rust + PyO3, built by maturin, which pip fetches from PyPI; crates from
-# crates.io). NATIVE=auto builds it where cargo is (a failed build fails setup), and says so and goes
-# on with the Python implementation where cargo is not; NATIVE=no skips it; NATIVE=yes requires it.
+# The native core (native/: Rust + PyO3) is compiled into this package by setuptools-rust (setup.py;
+# pip fetches setuptools-rust from PyPI while building, crates come from crates.io). NATIVE=auto builds
+# it where cargo is (a failed build fails setup), and says so and goes on with the Python
+# implementation where cargo is not; NATIVE=no skips it; NATIVE=yes requires it. The editable install
+# builds the core in place (native/python/pytest_hpcnet_native/_native.abi3.so); a change under native/
+# reinstalls.
 NATIVE ?= auto
-NATIVE_STAMP = $(VENV)/.native
-NATIVE_SRC = native/Cargo.toml native/Cargo.lock native/pyproject.toml $(wildcard native/src/*.rs) \
+NATIVE_SRC = native/Cargo.toml native/Cargo.lock $(wildcard native/src/*.rs) \
              $(wildcard native/python/pytest_hpcnet_native/*.py)
 
-setup: $(STAMP) $(NATIVE_STAMP)
+setup: $(STAMP)
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
-
-$(NATIVE_STAMP): $(STAMP) $(NATIVE_SRC)
-	@if [ "$(NATIVE)" = no ]; then echo "setup: NATIVE=no: the native core is not built; impl=python runs"; \
-	elif command -v cargo >/dev/null 2>&1; then \
-	    echo "setup: building the native core (cargo, 2 jobs)"; \
-	    start=$$(date +%s); \
-	    CARGO_BUILD_JOBS=2 $(PY) -m pip install --quiet ./native && touch $@ \
-	    && echo "setup: native core built in $$(( $$(date +%s) - start )) s"; \
-	elif [ "$(NATIVE)" = yes ]; then echo "setup: NATIVE=yes but cargo is missing (install Rust with rustup)" >&2; exit 1; \
-	else echo "setup: cargo not found: the native core is not built; impl=python runs (see README)"; fi
+$(STAMP): pyproject.toml setup.py $(NATIVE_SRC)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --upgrade pip
+	@# the core was once a distribution of its own (pytest-hpcnet-native); it is part of this one now
+	@$(PY) -m pip uninstall --quiet -y pytest-hpcnet-native 2>/dev/null || true
+	@mode=$(NATIVE); if [ "$$mode" = auto ]; then \
+	    if command -v cargo >/dev/null 2>&1; then mode=yes; \
+	    else echo "setup: cargo not found: the native core is not built; impl=python runs (see README)"; mode=no; fi; \
+	fi; \
+	if [ "$$mode" = yes ]; then echo "setup: installing the package and building the native core (cargo, 2 jobs)"; fi; \
+	start=$$(date +%s); \
+	HPCNET_NATIVE=$$mode CARGO_BUILD_JOBS=2 $(PY) -m pip install --quiet -e '.[test]' || exit 1; \
+	if [ "$$mode" = yes ]; then echo "setup: installed, native core built, in $$(( $$(date +%s) - start )) s"; fi
+	@touch $(STAMP)
 
 # The run's tables print at the end of pytest; the HTML report is written next to the run record.
 run: setup
@@ -164,4 +165,5 @@ canary: setup
 	if [ $$status = 5 ]; then echo "make canary: pytest collected no tests" >&2; fi; exit $$status
 
 clean:
-	rm -rf $(VENV) .hpcnet .pytest_cache build *.egg-info native/target native/fuzz/target native/fuzz/artifacts
+	rm -rf $(VENV) .hpcnet .pytest_cache build *.egg-info native/target native/fuzz/target native/fuzz/artifacts \
+	       native/python/pytest_hpcnet_native/*.so

@@ -7,7 +7,7 @@ asv discovers the classes (skipped, with the reason, where the native core is no
 directly for the table and the ratios against the issue's goals:
 
     python benchmarks/bench_native.py [--size 64] [--rounds 9] [--calls 400] [--buffers-size 65536]
-                                      [--clients 8] [--seconds 2] [--throughput-size 1024]
+                                      [--clients 8] [--seconds 2] [--throughput-size 1024] [--one-core]
 
 Every server runs in its own process (as in a deployment); the clients run in this process. The
 native floor and the native RPC are timed inside the core (per-call samples, no interpreter in a
@@ -19,6 +19,7 @@ ratio is the median of per-round ratios of medians.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -88,8 +89,18 @@ class _Timer:
             self._c.close()
 
 
-def side_by_side(size: int = 64, rounds: int = 9, calls: int = 400, paths=PATHS) -> dict:
-    """{"samples": {path: [us]}, "round_p50": {path: [us per round]}} from one interleaved run."""
+def side_by_side(size: int = 64, rounds: int = 9, calls: int = 400, paths=PATHS, one_core: bool = False) -> dict:
+    """{"samples": {path: [us]}, "round_p50": {path: [us per round]}} from one interleaved run.
+
+    ``one_core``: the servers and this client all on one CPU (``measure.on_one_core``; server
+    processes inherit it): each round trip is then both ends' software cost, with no idle CPU to wake
+    inside a call; unpinned, an idle box adds a vCPU wake-up (30-40 us on this VM) to every hop."""
+    from pytest_hpcnet.measure import on_one_core
+    with on_one_core() if one_core else contextlib.nullcontext():
+        return _side_by_side(size, rounds, calls, paths)
+
+
+def _side_by_side(size, rounds, calls, paths) -> dict:
     servers = {p: _start_server(p) for p in paths}
     timers = {}
     try:
@@ -199,6 +210,8 @@ def main(argv=None) -> int:
     ap.add_argument("--clients", type=int, default=8, help="throughput client processes (0: skip)")
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--throughput-size", type=int, default=1024)
+    ap.add_argument("--one-core", action="store_true",
+                    help="latency paths: servers and client on one CPU (software cost per call, no idle-CPU wake-ups)")
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_client":
         impl, host, port, seconds, size = argv[1:6]
@@ -208,13 +221,14 @@ def main(argv=None) -> int:
     if not native.AVAILABLE:
         print(f"bench_native: {native.WHY_NOT}", file=sys.stderr)
         return 1
-    run = side_by_side(a.size, a.rounds, a.calls)
+    run = side_by_side(a.size, a.rounds, a.calls, one_core=a.one_core)
     rows = []
     for p in PATHS:
         st = summarize(run["samples"][p])
         rows.append([p, a.size, st["n"]] + [round(st[k], 1) for k in
                                              ("min", "median", "mean", "stdev", "p99", "p99_9", "max")])
-    print(f"round-trip latency (us), {a.size} B payload, {a.rounds} interleaved rounds of {a.calls} calls")
+    print(f"round-trip latency (us), {a.size} B payload, {a.rounds} interleaved rounds of {a.calls} calls"
+          + (", servers and client on one CPU" if a.one_core else ""))
     print(tabulate(rows, headers=["path", "size", "n", "min", "p50", "mean", "stdev", "p99", "p99.9", "max"]))
     print()
     print(tabulate([["native tcp RPC p50 / native raw-socket floor p50",
@@ -226,7 +240,7 @@ def main(argv=None) -> int:
                    headers=["figure (median of per-round ratios)", "measured", "goal (issue 16)"]))
     if a.buffers_size:
         designs = ("rpc-native-naive", "rpc-native")
-        run = side_by_side(a.buffers_size, a.rounds, max(20, a.calls // 4), paths=designs)
+        run = side_by_side(a.buffers_size, a.rounds, max(20, a.calls // 4), paths=designs, one_core=a.one_core)
         print()
         print(tabulate([[p, a.buffers_size, round(float(np.median(run["samples"][p])), 1)] for p in designs],
                        headers=["path", "size", "p50 (us)"]))

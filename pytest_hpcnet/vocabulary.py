@@ -23,7 +23,7 @@ _MAPREDUCE = ("terasort", "sort")
 
 METRICS: frozenset[str] = frozenset({
     # rpc (pytest_hpcnet.workloads.rpc, suites/rpc)
-    "rpc.echo.rtt", "rpc.echo.rtt.interleaved", "rpc.echo.rtt.in_process", "rpc.echo.rtt_ratio",
+    "rpc.echo.rtt", "rpc.echo.rtt.floor", "rpc.echo.rtt.in_process", "rpc.echo.rtt_ratio",
     "rpc.echo.calls_per_second", "rpc.echo.peak_calls_per_second",
     "rpc.buffers.allocations_per_call", "rpc.buffers.copies_per_call",
     "verbs.send.rtt", "socket.pingpong.rtt",

@@ -4,7 +4,10 @@
 //! - `pooled`: a connection reads into one registered buffer that grows (by doubling, at most to the
 //!   packet being read) only when a message needs more than it has -- message-size locality: once it
 //!   holds the size recent messages needed, every message is a pool hit and is parsed in place; a
-//!   response is encoded straight into the connection's write buffer (zero-copy framing).
+//!   response is encoded straight into the connection's write buffer (zero-copy framing). Payloads
+//!   are not copied at all: a call's header goes out with the request from the caller's memory in one
+//!   writev, the server's echo sends the payload from its read buffer behind the header the same way,
+//!   and a caller reading its own response sees it in the receive buffer.
 //! - `naive`: as default Hadoop RPC, every received message is copied out into a freshly allocated
 //!   buffer, and every outgoing message is built in fresh buffers and joined into one more before it
 //!   is written.

@@ -82,6 +82,49 @@ impl Link {
         }
     }
 
+    /// `head` then `body`, in one writev per attempt on tcp (the pooled design's zero-copy framing:
+    /// the body is sent from the caller's memory, not copied behind the header first).
+    fn write_all2(&mut self, head: &[u8], body: &[u8], timeout: Duration) -> io::Result<()> {
+        match self {
+            Link::Tcp(s) => {
+                let mut bufs = [io::IoSlice::new(head), io::IoSlice::new(body)];
+                let mut slices = &mut bufs[..];
+                while !slices.is_empty() {
+                    match s.write_vectored(slices) {
+                        Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                        Ok(n) => io::IoSlice::advance_slices(&mut slices, n),
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(())
+            }
+            Link::Shm(e) => {
+                // both into the ring, published together (one doorbell for the server)
+                let deadline = Instant::now() + timeout;
+                let (mut head, mut body) = (head, body);
+                while !(head.is_empty() && body.is_empty()) {
+                    match e.write_vectored(&[head, body]) {
+                        Ok(n) => {
+                            let h = n.min(head.len());
+                            head = &head[h..];
+                            body = &body[n - h..];
+                        }
+                        Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                            let now = Instant::now();
+                            if now >= deadline || !e.wait_writable(deadline - now) {
+                                return Err(io::Error::new(io::ErrorKind::TimedOut,
+                                                          "the peer did not drain the ring"));
+                            }
+                        }
+                        Err(err) => return Err(err),
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
     fn shutdown(&self) {
         match self {
             Link::Tcp(s) => {
@@ -231,8 +274,9 @@ impl Client {
         })
     }
 
-    /// Frames one call into `out`: length, then the delimited request header, method header and request.
-    fn frame_call(&self, out: &mut Vec<u8>, call_id: i32, method: &str, request: &[u8]) {
+    /// Frames one call into `out` but for the request's bytes, which must follow: length (counting
+    /// them), then the delimited request header, method header and the request's length.
+    fn frame_head(&self, out: &mut Vec<u8>, call_id: i32, method: &str, request_len: usize) {
         let mut m = self.method_headers.lock().unwrap();
         if !m.contains_key(method) {
             m.insert(method.to_string(), wire::encode_method_header(method, &self.protocol, PROTOCOL_VERSION));
@@ -251,16 +295,32 @@ impl Client {
             wire::put_varint(out, hlen as u64);
             out.extend_from_slice(&hdr);
         }
-        for part in [&rh[..], request] {
-            wire::put_varint(out, part.len() as u64);
-            out.extend_from_slice(part);
-        }
-        let n = (out.len() - start - 4) as u32;
+        wire::put_varint(out, rh.len() as u64);
+        out.extend_from_slice(rh);
+        wire::put_varint(out, request_len as u64);
+        let n = (out.len() - start - 4 + request_len) as u32;
         out[start..start + 4].copy_from_slice(&n.to_be_bytes());
+    }
+
+    /// Frames one whole call into `out`.
+    fn frame_call(&self, out: &mut Vec<u8>, call_id: i32, method: &str, request: &[u8]) {
+        self.frame_head(out, call_id, method, request.len());
+        out.extend_from_slice(request);
     }
 
     /// Calls `method` with a serialized request; returns the serialized response.
     pub fn call(&self, method: &str, request: &[u8], timeout: Duration) -> Outcome {
+        let mut body = Vec::new();
+        self.call_with(method, request, timeout, &mut |b: &[u8]| body = b.to_vec())?;
+        Ok(body)
+    }
+
+    /// Calls `method`; `sink` gets the serialized response. Pooled: the request is sent from
+    /// `request` itself behind its header (no copy), and when this thread reads its own response
+    /// `sink` sees it in the receive buffer, where it landed (no copy); a response another thread
+    /// read for us was copied out for the hand-over.
+    pub fn call_with(&self, method: &str, request: &[u8], timeout: Duration, sink: &mut dyn FnMut(&[u8]))
+                     -> Result<(), CallError> {
         let deadline = Instant::now() + timeout;
         let call_id = (self.next_id.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff) as i32;
         {
@@ -274,10 +334,11 @@ impl Client {
             let mut w = self.writer.lock().unwrap();
             let (stream, buf) = &mut *w;
             if self.design == Design::Pooled {
-                // zero-copy framing: encoded straight into the connection's reused send buffer
+                // zero-copy framing: the header encoded into the connection's reused send buffer,
+                // the request sent from where it is
                 buf.clear();
-                self.frame_call(buf, call_id, method, request);
-                stream.write_all(buf, self.write_timeout)
+                self.frame_head(buf, call_id, method, request.len());
+                stream.write_all2(buf, request, self.write_timeout)
             } else {
                 // naive: the message built in fresh memory, then joined into one more buffer
                 let mut parts = Vec::new();
@@ -294,16 +355,17 @@ impl Client {
             self.state.lock().unwrap().pending.remove(&call_id);
             return Err(err);
         }
-        self.wait(call_id, deadline, method, timeout)
+        self.wait(call_id, deadline, method, timeout, sink)
     }
 
-    fn wait(&self, call_id: i32, deadline: Instant, method: &str, timeout: Duration) -> Outcome {
+    fn wait(&self, call_id: i32, deadline: Instant, method: &str, timeout: Duration,
+            sink: &mut dyn FnMut(&[u8])) -> Result<(), CallError> {
         let mut st = self.state.lock().unwrap();
         loop {
             if let Some(slot) = st.pending.get_mut(&call_id) {
                 if let Some(outcome) = slot.take() {
                     st.pending.remove(&call_id);
-                    return outcome;
+                    return outcome.map(|body| sink(&body));
                 }
             }
             let now = Instant::now();
@@ -321,42 +383,61 @@ impl Client {
             // become the reader until our own response is in
             st.reading = true;
             drop(st);
-            let result = self.read_until(call_id, deadline);
+            let result = self.read_until(call_id, deadline, sink);
             st = self.state.lock().unwrap();
             st.reading = false;
-            if let Err(e) = result {
-                self.fail_all(&mut st, e);
+            let mut done = false;
+            match result {
+                Ok(in_place) => done = in_place,
+                Err(e) => self.fail_all(&mut st, e),
+            }
+            if done {
+                st.pending.remove(&call_id);
             }
             if st.waiting > 0 {
                 self.cv.notify_all(); // another waiter takes over reading
+            }
+            if done {
+                return Ok(());
             }
         }
     }
 
     /// Reads packets and hands them out until `call_id` has its outcome or the deadline passes.
-    fn read_until(&self, call_id: i32, deadline: Instant) -> Result<(), CallError> {
+    /// Ok(true): `call_id` succeeded and `sink` already saw its response in place (pooled).
+    fn read_until(&self, call_id: i32, deadline: Instant, sink: &mut dyn FnMut(&[u8]))
+                  -> Result<bool, CallError> {
         let mut reader = self.reader.lock().unwrap();
         loop {
             let Some((s, e)) = reader.frame(self.max_data_length, &self.stats)? else {
                 if Instant::now() >= deadline {
-                    return Ok(());
+                    return Ok(false);
                 }
                 continue;
             };
             self.stats.message(self.design, std::mem::take(&mut reader.grew));
-            let (id, outcome) = if self.design == Design::Pooled {
-                self.decode(&reader.buf[s..e])? // in place
+            let owned;
+            let packet = if self.design == Design::Pooled {
+                &reader.buf[s..e] // in place
             } else {
-                let owned = reader.buf[s..e].to_vec(); // naive: copied out to a buffer of its own
+                owned = reader.buf[s..e].to_vec(); // naive: copied out to a buffer of its own
                 self.stats.alloc();
                 self.stats.copy(owned.len());
-                self.decode(&owned)?
+                &owned[..]
             };
+            let (id, result) = self.decode(packet)?;
+            if id == call_id && self.design == Design::Pooled {
+                if let Ok(body) = result {
+                    sink(body); // our own response, read where it landed
+                    return Ok(true);
+                }
+            }
+            let outcome = result.map(|body| body.to_vec()); // handed to the thread that waits for it
             let mut st = self.state.lock().unwrap();
             if let Some(slot) = st.pending.get_mut(&id) {
                 *slot = Some(outcome);
                 if id == call_id {
-                    return Ok(());
+                    return Ok(false);
                 }
                 if st.waiting > 0 {
                     self.cv.notify_all();
@@ -365,13 +446,13 @@ impl Client {
         }
     }
 
-    fn decode(&self, packet: &[u8]) -> Result<(i32, Outcome), CallError> {
+    fn decode<'a>(&self, packet: &'a [u8]) -> Result<(i32, Result<&'a [u8], CallError>), CallError> {
         let malformed = |e: String| CallError::Lost(format!("malformed response from {}: {e}", self.peer));
         let mut cur = Cursor::new(packet);
         let h = ResponseHeader::parse(cur.delimited().map_err(malformed)?).map_err(malformed)?;
         let id = h.call_id as i32;
         match h.status {
-            wire::SUCCESS => Ok((id, Ok(cur.delimited().map_err(malformed)?.to_vec()))),
+            wire::SUCCESS => Ok((id, Ok(cur.delimited().map_err(malformed)?))),
             wire::ERROR => Ok((id, Err(CallError::Remote {
                 class_name: h.exception_class, message: h.error_msg, detail: h.error_detail }))),
             _ => Err(CallError::Fatal { class_name: h.exception_class, message: h.error_msg,
@@ -441,7 +522,7 @@ impl Client {
         let end = Instant::now() + Duration::from_secs_f64(seconds.max(0.0));
         let mut calls = 0;
         loop {
-            self.call("echo", &req, timeout)?;
+            self.call_with("echo", &req, timeout, &mut |_| {})?;
             if Instant::now() > end {
                 return Ok(calls);
             }
@@ -457,10 +538,12 @@ impl Client {
         wire::put_bytes_field(&mut req, 1, &payload);
         let mut out = Vec::with_capacity(iterations);
         for i in 0..warmup + iterations {
+            let mut got = usize::MAX;
             let t0 = Instant::now();
-            let body = self.call("echo", &req, timeout)?;
+            self.call_with("echo", &req, timeout, &mut |body| {
+                got = wire::parse_payload(body).map(|p| p.len()).unwrap_or(usize::MAX)
+            })?;
             let dt = t0.elapsed();
-            let got = wire::parse_payload(&body).map(|p| p.len()).unwrap_or(usize::MAX);
             if got != size {
                 return Err(CallError::Lost(format!("echo of {size} B returned {got} B")));
             }

@@ -224,6 +224,23 @@ impl Io {
         }
     }
 
+    /// `bufs` in order, as far as they go now (tcp: one writev).
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Io::Tcp(s) => s.write_vectored(bufs),
+            Io::Shm(e) => {
+                let slices: Vec<&[u8]> = bufs.iter().map(|b| &b[..]).collect();
+                match e.write_vectored(&slices) {
+                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                        e.set_writer_waiting(true); // then look again: the reader may have just made room
+                        e.write_vectored(&slices)
+                    }
+                    other => other,
+                }
+            }
+        }
+    }
+
     fn register(&mut self, r: &Registry, id: usize) -> io::Result<()> {
         match self {
             Io::Tcp(s) => r.register(s, Token(id << 2), Interest::READABLE),
@@ -718,7 +735,11 @@ impl EventLoop {
             "echo" => {
                 let payload = wire::parse_payload(body)
                     .map_err(|e| des(format!("cannot parse EchoRequestProto: {e}")))?;
-                echo_packet(&mut c.wbuf, call_id, &c.client_id, retry, payload);
+                if shared.cfg.design == Design::Pooled && c.unsent() == 0 {
+                    echo_in_place(c, call_id, retry, payload);
+                } else {
+                    echo_packet(&mut c.wbuf, call_id, &c.client_id, retry, payload);
+                }
             }
             "ping" => {
                 wire::check_message(body).map_err(|e| des(format!("cannot parse EmptyRequestProto: {e}")))?;
@@ -859,20 +880,61 @@ fn join_naive(stats: &BufferStats, c: &mut Conn, mut saved: Vec<u8>) {
     c.wbuf = saved;
 }
 
-/// A SUCCESS packet whose body is EchoResponseProto{payload}, written without an intermediate copy.
-fn echo_packet(out: &mut Vec<u8>, call_id: i32, client_id: &[u8], retry: i32, payload: &[u8]) {
-    let body_len = 1 + wire::varint_len(payload.len() as u64) + payload.len();
-    out.reserve(64 + body_len);
+/// A SUCCESS packet whose body is EchoResponseProto{payload}, but for the payload's bytes, which must
+/// follow: its length counts them.
+fn echo_head(out: &mut Vec<u8>, call_id: i32, client_id: &[u8], retry: i32, payload_len: usize) {
+    let body_len = 1 + wire::varint_len(payload_len as u64) + payload_len;
     let start = out.len();
     // success_packet with the body's bytes appended in place
     wire::success_packet(out, call_id, client_id, retry, &[]);
     out.pop(); // the empty body's length byte
     wire::put_varint(out, body_len as u64);
     out.push(0x0a);
-    wire::put_varint(out, payload.len() as u64);
-    out.extend_from_slice(payload);
-    let n = (out.len() - start - 4) as u32;
+    wire::put_varint(out, payload_len as u64);
+    let n = (out.len() - start - 4 + payload_len) as u32;
     out[start..start + 4].copy_from_slice(&n.to_be_bytes());
+}
+
+/// A SUCCESS packet whose body is EchoResponseProto{payload}, written without an intermediate copy.
+fn echo_packet(out: &mut Vec<u8>, call_id: i32, client_id: &[u8], retry: i32, payload: &[u8]) {
+    out.reserve(64 + payload.len());
+    echo_head(out, call_id, client_id, retry, payload.len());
+    out.extend_from_slice(payload);
+}
+
+/// Pooled, with nothing waiting to be sent: the echo's header is encoded into the (empty) write
+/// buffer and sent with the payload straight from the read buffer, where the request landed (one
+/// writev, no copy). What the socket does not take now is queued in the write buffer as usual; a
+/// write error is left for `flush` to find.
+fn echo_in_place(c: &mut Conn, call_id: i32, retry: i32, payload: &[u8]) {
+    echo_head(&mut c.wbuf, call_id, &c.client_id, retry, payload.len());
+    let head = c.wbuf.len();
+    let mut sent = 0;
+    while sent < head + payload.len() {
+        let bufs = if sent < head {
+            [io::IoSlice::new(&c.wbuf[sent..]), io::IoSlice::new(payload)]
+        } else {
+            [io::IoSlice::new(&payload[sent - head..]), io::IoSlice::new(&[])]
+        };
+        match c.stream.write_vectored(&bufs) {
+            Ok(0) => break,
+            Ok(n) => {
+                sent += n;
+                c.last_write = Instant::now();
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break, // WouldBlock: queued below; an error: flush meets it again
+        }
+    }
+    if sent < head {
+        c.wpos = sent;
+        c.wbuf.extend_from_slice(payload);
+    } else {
+        let rest = &payload[sent - head..];
+        c.wbuf.clear();
+        c.wpos = 0;
+        c.wbuf.extend_from_slice(rest);
+    }
 }
 
 #[cfg(test)]

@@ -164,6 +164,12 @@ impl ShmEnd {
 
     /// Bytes into the ring; WouldBlock when it is full.
     pub fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        self.write_vectored(&[buf])
+    }
+
+    /// The slices' bytes into the ring, in order, as far as there is room; published to the reader
+    /// (and its doorbell rung) once for all of them. WouldBlock when the ring is full.
+    pub fn write_vectored(&self, bufs: &[&[u8]]) -> io::Result<usize> {
         if self.closed.load(Ordering::Relaxed) {
             return Err(io::Error::new(io::ErrorKind::NotConnected, "connection is closed"));
         }
@@ -171,23 +177,35 @@ impl ShmEnd {
         if self.peer_gone() || self.rx.word(CLOSED).load(Ordering::Relaxed) != 0 {
             return Err(io::Error::new(io::ErrorKind::BrokenPipe, "peer closed the shared-memory connection"));
         }
-        let head = t.word(HEAD).load(Ordering::Relaxed);
+        let mut head = t.word(HEAD).load(Ordering::Relaxed);
         let tail = t.word(TAIL).load(Ordering::Acquire);
-        if buf.is_empty() {
+        if bufs.iter().all(|b| b.is_empty()) {
             return Ok(0);
         }
-        let RingSpan { pos, n, moved } = wire::ring_write_span(head, tail, t.cap, buf.len())
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        if n == 0 {
+        let mut total = 0;
+        'bufs: for buf in bufs {
+            let mut done = 0;
+            while done < buf.len() {
+                let RingSpan { pos, n, moved } = wire::ring_write_span(head, tail, t.cap, buf.len() - done)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                if n == 0 {
+                    break 'bufs;
+                }
+                // SAFETY: [pos, pos + n) is free space the consumer does not read until head moves
+                unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr().add(done), t.data.add(pos), n) };
+                head = moved;
+                done += n;
+                total += n;
+            }
+        }
+        if total == 0 {
             return Err(io::ErrorKind::WouldBlock.into());
         }
-        // SAFETY: [pos, pos + n) is free space the consumer does not read until head moves
-        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), t.data.add(pos), n) };
-        t.word(HEAD).store(moved, Ordering::SeqCst);
+        t.word(HEAD).store(head, Ordering::SeqCst);
         if t.word(READER_WAITING).load(Ordering::SeqCst) != 0 {
             ring_bell(&self.peer_data);
         }
-        Ok(n)
+        Ok(total)
     }
 
     fn peer_gone(&self) -> bool {

@@ -1,7 +1,7 @@
 """The native core (issue 16): the compiled data path, and the one place that imports it.
 
-``native/`` is a Rust crate (PyO3, built by maturin) installed as the ``pytest_hpcnet_native``
-package by ``make setup`` (or ``pip install ./native``). It holds the Hadoop IPC v9 client and server
+``native/`` is a Rust crate (PyO3) that the package's build (setup.py, setuptools-rust) compiles into
+the ``pytest_hpcnet_native`` package where cargo is (``make setup``, ``pip install .``). It holds the Hadoop IPC v9 client and server
 over tcp (``rpc/native.py`` wraps them in the Python classes' interfaces) and the timing drivers that
 return per-call samples, so no interpreter sits inside a timed call.
 
@@ -22,7 +22,7 @@ except ImportError as e:   # not built here: no Rust toolchain, or NATIVE=no
     core = None
     AVAILABLE = False
     WHY_NOT = (f"the native core (pytest_hpcnet_native) is not installed: {e}. Build it with `make setup` "
-               "(needs cargo; install Rust with rustup) or `pip install ./native`; impl=python runs instead")
+               "or `pip install .` with cargo on the PATH (install Rust with rustup); impl=python runs instead")
     VERSION = None
 else:
     AVAILABLE = True

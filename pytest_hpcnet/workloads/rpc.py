@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from ..cluster.nodeprogram import announce, await_ready, node_main, serve_until_signalled
 from ..cluster.pool import Launchers, finish
 from ..errors import HpcnetError
-from ..measure import abba
+from ..measure import abba, on_one_core
 
 if TYPE_CHECKING:
     from ..measure import Measurement, Paired
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 # client processes this module also runs as must start fast, and scipy alone takes ~0.5 s to import.
 
 LATENCY_METRIC = "rpc.echo.rtt"
-INTERLEAVED_METRIC = "rpc.echo.rtt.interleaved"
+INTERLEAVED_METRIC = "rpc.echo.rtt.floor"   # per round, the fastest call (interleaved_echo)
 THROUGHPUT_METRIC = "rpc.echo.calls_per_second"
 PEAK_THROUGHPUT_METRIC = "rpc.echo.peak_calls_per_second"   # per round, the best over the client counts
 SWEEP_SIZES = (1, 64, 1024, 16384, 65536, 1 << 20)
@@ -211,19 +211,25 @@ def paired_latency(sweep: Iterable[Measurement], launchers: Launchers, server_no
 
 
 def interleaved_echo(baseline: tuple, candidate: tuple, size: int, *, rounds: int, calls: int = 20,
-                     warmup: int = 100, timeout: float = 60.0) -> Paired:
+                     warmup: int = 100, timeout: float = 60.0, one_core: bool = True) -> Paired:
     """Echo round trips of two configurations in this process (server threads and client), taking
-    turns call by call (A B, B A, ...): per round, the median of ``calls`` calls of each, in µs.
+    turns call by call (A B, B A, ...): per round, the fastest of ``calls`` calls of each (its floor),
+    in µs.
 
     A configuration is ``(transport, buffers[, network[, impl]])``. An ``impl=native`` one's server and
     client are the native core's, and each of its calls is timed inside the core (``echo_samples`` of
     one call), so no interpreter sits inside its timed call; a Python one's calls are timed here, around
     ``RpcClient.echo``, as the Python implementation's cost includes its interpreter.
 
-    Both configurations share one process's scheduling, so a neighbour's load falls on both alike:
-    the per-round ratio measures what one design costs against the other (about 0.02-0.08 sd of its
-    log on a loaded 2-core box, against 0.4-1.0 for servers in their own processes). ``more`` takes
-    further rounds on the same connections.
+    Both configurations share one process's scheduling, so a neighbour's load falls on both alike,
+    and with ``one_core`` (the default) the servers' threads and the client all run on one CPU
+    (``measure.on_one_core``): a round trip is then the CPU work of both ends and their context
+    switches, with no idle CPU inside it, so the ratio is the same on an idle box (where every
+    cross-CPU wake-up first wakes a sleeping vCPU) and a loaded one (where it waits for a neighbour).
+    A neighbour's time slice can still land inside a call and only ever adds to it, so a round keeps
+    its fastest call: the call nothing interrupted. Measured on this 2-core VM (native/Python): per-round
+    medians unpinned 0.586 idle and 0.41-0.43 loaded; pinned, medians 0.25-0.44 and floors 0.37-0.43
+    from idle to load 50. ``more`` takes further rounds (on new connections, by the same procedure).
     """
     from ..measure import Paired
     from ..reference.rpc import make_client, make_server
@@ -231,6 +237,8 @@ def interleaved_echo(baseline: tuple, candidate: tuple, size: int, *, rounds: in
     timed = []
     payload, clock = bytes(size), time.perf_counter_ns
     with stack:
+        if one_core:   # before the servers start: their threads inherit the calling thread's CPU
+            stack.enter_context(on_one_core())
         for config in (baseline, candidate):
             transport, buffers, _, impl = config_parts(config)
             server = stack.enter_context(make_server(impl, buffers=buffers, transport=transport))
@@ -249,14 +257,15 @@ def interleaved_echo(baseline: tuple, candidate: tuple, size: int, *, rounds: in
                 for forward in abba(calls, r):
                     for i in ((0, 1) if forward else (1, 0)):
                         times[i].append(timed[i]())
-                base.append(statistics.median(times[0]))
-                cand.append(statistics.median(times[1]))
+                base.append(min(times[0]))
+                cand.append(min(times[1]))
             return list(base), list(cand)
         more(rounds)
         paired = Paired(config_name(*baseline), config_name(*candidate), list(base), list(cand),
                         metric=INTERLEAVED_METRIC)
         # the connections close with this function; more rounds open new ones (a fresh warm-up)
-        paired.more = lambda n: _reopened(baseline, candidate, size, calls, warmup, timeout, base, cand, n)
+        paired.more = lambda n: _reopened(baseline, candidate, size, calls, warmup, timeout, base, cand, n,
+                                          one_core)
         return paired
 
 
@@ -279,8 +288,9 @@ def _timed_echo(client, impl: str, payload: bytes, clock):
     return one
 
 
-def _reopened(baseline, candidate, size, calls, warmup, timeout, base, cand, n):
-    extra = interleaved_echo(baseline, candidate, size, rounds=n, calls=calls, warmup=warmup, timeout=timeout)
+def _reopened(baseline, candidate, size, calls, warmup, timeout, base, cand, n, one_core):
+    extra = interleaved_echo(baseline, candidate, size, rounds=n, calls=calls, warmup=warmup, timeout=timeout,
+                             one_core=one_core)
     base.extend(extra.baseline)
     cand.extend(extra.candidate)
     return list(base), list(cand)
