@@ -14,6 +14,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 mod buffers;
+mod checksum;
+mod dfs;
+mod dfs_wire;
 mod client;
 mod floor;
 mod server;
@@ -316,5 +319,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFloorServer>()?;
     m.add_class::<PyPingPong>()?;
     m.add_function(wrap_pyfunction!(pingpong, m)?)?;
+    dfs::register(m)?;
     Ok(())
 }

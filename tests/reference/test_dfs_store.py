@@ -9,7 +9,7 @@ import pytest
 
 from pytest_hpcnet.cluster import local_cluster
 from pytest_hpcnet.cluster.pool import Launchers
-from pytest_hpcnet.reference import auth
+from pytest_hpcnet.reference import auth, native
 from pytest_hpcnet.reference.dfs.errors import ChecksumError, DfsError, DfsWriteError
 from pytest_hpcnet.reference.dfs.store import BlockStore
 from pytest_hpcnet.reference.transport import get_transport
@@ -29,10 +29,23 @@ def launchers(cluster, tmp_path_factory):
         yield ls
 
 
-@pytest.fixture(scope="module", params=["tcp", "shm"])
+# (transport, datanode impls): native and Python datanodes, alone and mixed in one pipeline (a native
+# head forwarding to a Python stage and the reverse; node order is pipeline order for a local writer)
+STORES = {
+    "tcp-native": ("tcp", "native"),
+    "tcp-python": ("tcp", "python"),
+    "tcp-mixed": ("tcp", {"node0": "native", "node1": "python", "node2": "native"}),
+    "shm": ("shm", "python"),
+}
+
+
+@pytest.fixture(scope="module", params=list(STORES))
 def store(request, launchers, cluster, tmp_path_factory):
+    transport, impl = STORES[request.param]
+    if "native" in str(impl) and not native.AVAILABLE:
+        pytest.skip(native.WHY_NOT)
     root = tmp_path_factory.mktemp(f"dfs-{request.param}")
-    with BlockStore(launchers, cluster, transport=request.param,
+    with BlockStore(launchers, cluster, transport=transport, impl=impl,
                     dirs={n.name: root / n.name for n in cluster.nodes}).start() as st:
         yield st
 

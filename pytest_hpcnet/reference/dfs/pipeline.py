@@ -1,7 +1,7 @@
 """The client end of a block's replication pipeline, and the output stream that drives it.
 
-``DfsOutputStream`` cuts what is written into packets (``PACKET_SIZE`` data bytes, a CRC-32 per
-``bpc`` bytes) and blocks (``block_size``). Each block goes down one pipeline of datanodes; up to
+``DfsOutputStream`` cuts what is written into packets (``PACKET_SIZE`` data bytes, a CRC of the
+client's checksum type per ``bpc`` bytes) and blocks (``block_size``). Each block goes down one pipeline of datanodes; up to
 ``WINDOW`` packets are in flight and kept until acknowledged. When a datanode fails (an error ack
 names its pipeline index, or the head of the pipeline itself is gone) the stream bumps the block's
 generation stamp at the metadata service, restarts the pipeline on the surviving nodes at the last
@@ -47,6 +47,7 @@ class _Pipeline:
             self.conn = auth.connect(self.client.transport, head["address"], timeout=scaled(10.0))
             self.conn.send(encode({"op": "write_block", "block": self.block["id"], "gen": self.gen,
                                    "offset": self.acked, "bpc": self.client.bpc, "index": 0,
+                                   "checksum": self.client.checksum,
                                    "targets": [t["address"] for t in rest]}))
             ack = self._recv_ack(timeout=30.0)
         except TransportError as e:
@@ -105,7 +106,7 @@ class _Pipeline:
             raise self._failed(e) from None
 
     def send(self, header: dict, data: bytes) -> None:
-        crcs = chunk_crcs(data, self.client.bpc)
+        crcs = chunk_crcs(data, self.client.bpc, self.client.checksum)
         with self.cond:
             timed_out = not self.cond.wait_for(lambda: len(self.unacked) < WINDOW or self.failure,
                                                ACK_TIMEOUT)
