@@ -115,13 +115,14 @@ netns-suites: setup
 	$(PY) -m pytest_hpcnet.results check-nodes .hpcnet/netns 4 || status=1; exit $$status
 
 # Coverage-guided fuzzing of the native core's parsers of untrusted bytes (native/fuzz: frames and
-# ipc.maximum.data.length, preamble + context + calls, request/response headers, shm control data).
+# ipc.maximum.data.length, preamble + context + calls, request/response headers, shm control data, the
+# block store datanode's packet stream: receive, verify, write, forward).
 # cargo-fuzz comes from crates.io, installed into ~/.cargo/bin when absent; it drives libFuzzer on
 # the stable toolchain (--sanitizer none needs no nightly; debug assertions and overflow checks stay
 # on). Each target starts from its committed corpus (native/fuzz/corpus/<target>; what a run finds
 # goes to native/fuzz/target/corpus, not into git) and runs FUZZ_SECONDS; a crash fails, its input
 # in native/fuzz/artifacts/<target>. Skipped, and said so, where cargo is not.
-FUZZ_TARGETS ?= frame connection request response shm
+FUZZ_TARGETS ?= frame connection request response shm packet
 FUZZ_SECONDS ?= 15
 CARGO_FUZZ_VERSION ?= 0.13.2
 fuzz:
