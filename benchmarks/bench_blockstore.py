@@ -76,10 +76,11 @@ def dd_mb_s(directory: Path, size_mb: int, fsync: bool) -> float:
     return size_mb / took
 
 
-def store_mb_s(store: BlockStore, size_mb: int, replication: int, path: str) -> float:
+def store_mb_s(store: BlockStore, size_mb: int, replication: int, path: str, impl: str) -> float:
+    """One file written through ``impl``'s pipeline end to end (client and datanodes)."""
     data = memoryview(os.urandom(BUFFER))
     total = size_mb << 20
-    with store.client(replication=replication, block_size=BLOCK, node="node0") as client:
+    with store.client(replication=replication, block_size=BLOCK, node="node0", impl=impl) as client:
         start = time.perf_counter()
         with client.create(path) as out:
             left = total
@@ -105,8 +106,8 @@ def compare(size_mb: int, rounds: int, directory: Path | None) -> dict:
                                           dirs={n.name: root / impl / n.name for n in cluster.nodes}).start()
             writers = {"dd": lambda: dd_mb_s(root, size_mb, fsync=False)}
             for impl in impls:
-                writers[f"{impl}_r1"] = lambda s=stores[impl]: store_mb_s(s, size_mb, 1, "/bench/r1")
-                writers[f"{impl}_r3"] = lambda s=stores[impl]: store_mb_s(s, size_mb, 3, "/bench/r3")
+                writers[f"{impl}_r1"] = lambda s=stores[impl], i=impl: store_mb_s(s, size_mb, 1, "/bench/r1", i)
+                writers[f"{impl}_r3"] = lambda s=stores[impl], i=impl: store_mb_s(s, size_mb, 3, "/bench/r3", i)
             names = list(writers)
             for r in range(rounds):
                 order = names if r % 2 == 0 else names[::-1]

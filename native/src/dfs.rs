@@ -32,7 +32,7 @@ fn kind(name: &str) -> PyResult<Kind> {
 
 /// The bytes of a contiguous buffer (bytes, bytearray, memoryview) without a copy. The buffer stays
 /// exported (so alive and unresized) while `buf` lives.
-fn contiguous<'a>(buf: &'a PyBuffer<u8>, what: &str) -> PyResult<&'a [u8]> {
+pub(crate) fn contiguous<'a>(buf: &'a PyBuffer<u8>, what: &str) -> PyResult<&'a [u8]> {
     if !buf.is_c_contiguous() {
         return Err(PyValueError::new_err(format!("{what} must be a contiguous buffer")));
     }
@@ -283,5 +283,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(chunk_sums, m)?)?;
     m.add_function(wrap_pyfunction!(first_bad_chunk, m)?)?;
     m.add_class::<PyBlockStream>()?;
+    m.add_class::<crate::dfs_writer::PyPacketWriter>()?;
     Ok(())
 }

@@ -345,3 +345,32 @@ mod tests {
         assert_eq!(relayed, err);
     }
 }
+
+/// A packet as one transport frame (what a client or a resending writer sends): the frame, and where
+/// its checksums and data start inside it.
+pub fn packet_frame(kind: Kind, bpc: usize, seq: i64, offset: u64, data: &[u8], last: bool) -> (Vec<u8>, usize, usize) {
+    let header = serde_json::to_vec(&serde_json::json!(
+        {"op": "packet", "seq": seq, "offset": offset, "len": data.len(), "last": last})).expect("JSON");
+    let nsums = 4 * checksum::chunks(data.len(), bpc);
+    let total = 4 + header.len() + nsums + data.len();
+    let mut frame = Vec::with_capacity(4 + total);
+    frame.extend_from_slice(&(total as u32).to_be_bytes());
+    frame.extend_from_slice(&(header.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&header);
+    let sums_at = frame.len();
+    checksum::sums_into(kind, data, bpc, &mut frame);
+    let data_at = frame.len();
+    frame.extend_from_slice(data);
+    (frame, sums_at, data_at)
+}
+
+/// What an acknowledgement says to the writer at the head of a pipeline: Ok(seq) or Err((bad, reason)).
+pub fn read_ack(msg: &[u8]) -> Result<i64, (u64, String)> {
+    let (h, _) = split_message(msg).map_err(|e| (0, format!("bad acknowledgement: {e}")))?;
+    if h.get("status").and_then(Value::as_str) != Some("ok") {
+        let bad = h.get("bad").and_then(Value::as_u64).unwrap_or(0);
+        let reason = h.get("reason").and_then(Value::as_str).unwrap_or("error ack").to_string();
+        return Err((bad, reason));
+    }
+    h.get("seq").and_then(Value::as_i64).ok_or_else(|| (0, "acknowledgement without a seq".to_string()))
+}

@@ -17,6 +17,7 @@ mod buffers;
 mod checksum;
 mod dfs;
 mod dfs_wire;
+mod dfs_writer;
 mod client;
 mod floor;
 mod server;
