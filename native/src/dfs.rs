@@ -9,7 +9,7 @@
 //! upstream. The wire format is the Python datanode's, so native and Python stages mix in one pipeline.
 
 use std::fs::File;
-use std::io::Write;
+use std::io::{BufReader, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{FromRawFd, RawFd};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -24,6 +24,10 @@ use pyo3::types::PyBytes;
 
 use crate::checksum::{self, Kind, Mismatch};
 use crate::dfs_wire::{self, Ack, End, Stage};
+
+/// Read buffers: the upstream's packets, and the downstream's acknowledgements.
+const RECV_BUFFER: usize = 256 * 1024;
+const ACK_BUFFER: usize = 16 * 1024;
 
 fn kind(name: &str) -> PyResult<Kind> {
     Kind::parse(name).ok_or_else(|| PyValueError::new_err(format!(
@@ -177,7 +181,8 @@ impl PyBlockStream {
             };
             let mut data_w = BufWriteThrough(&mut data);
             let mut meta_w = BufWriteThrough(&mut meta);
-            let mut reader = std::io::Read::chain(self.prefix.as_slice(), &mut up);
+            // buffered: a read() system call takes several packets' bytes (or acks) at once
+            let mut reader = BufReader::with_capacity(RECV_BUFFER, std::io::Read::chain(self.prefix.as_slice(), &mut up));
             dfs_wire::receive_packets(&stage, &mut reader, down_writer.as_mut(), &mut data_w, &mut meta_w,
                                       &mut send, &mut buf)
         });
@@ -241,42 +246,69 @@ impl Write for BufWriteThrough<'_> {
 
 /// The responder: for each packet written here, wait for the next node's acknowledgement of it
 /// (if there is a next node), then acknowledge it upstream. Errors go up as error acks, once.
-fn respond(rx: Receiver<Ack>, mut up: TcpStream, mut down: Option<TcpStream>, next: u64, label: &str) {
+/// Acknowledgements that are ready together go up in one write; they are written before the
+/// responder waits for anything (the next ack from downstream, or the receiver).
+fn respond(rx: Receiver<Ack>, mut up: TcpStream, down: Option<TcpStream>, next: u64, label: &str) {
     let mut buf = Vec::new();
-    while let Ok(ack) = rx.recv() {
-        let frame = match ack {
+    let mut down = down.map(|d| BufReader::with_capacity(ACK_BUFFER, d));
+    let mut out: Vec<u8> = Vec::new();
+    let flush = |out: &mut Vec<u8>, up: &mut TcpStream| -> bool {
+        let ok = out.is_empty() || up.write_all(out).is_ok();
+        out.clear();
+        ok
+    };
+    loop {
+        let ack = match rx.try_recv() {
+            Ok(a) => a,
+            Err(_) => {
+                if !flush(&mut out, &mut up) {
+                    break;
+                }
+                match rx.recv() {
+                    Ok(a) => a,
+                    Err(_) => break,
+                }
+            }
+        };
+        match ack {
             Ack::Stop => break,
             Ack::Error { bad, reason } => {
-                let _ = up.write_all(&dfs_wire::error_ack(bad, &reason));
+                out.extend_from_slice(&dfs_wire::error_ack(bad, &reason));
                 break;
             }
             Ack::Ok { seq, last } => {
                 let relayed = match down.as_mut() {
                     None => Ok(()),
-                    Some(d) => match dfs_wire::read_frame(d, &mut buf, dfs_wire::MAX_ACK) {
-                        Ok(n) => dfs_wire::check_ack(&buf[4..4 + n], seq, next, label),
-                        Err(e) => Err(dfs_wire::error_ack(next, &format!(
-                            "{label} got no ack from the next datanode: {}", e.describe()))),
-                    },
+                    Some(d) => {
+                        if d.buffer().is_empty() && !flush(&mut out, &mut up) {
+                            break;
+                        }
+                        match dfs_wire::read_frame(d, &mut buf, dfs_wire::MAX_ACK) {
+                            Ok(n) => dfs_wire::check_ack(&buf[4..4 + n], seq, next, label),
+                            Err(e) => Err(dfs_wire::error_ack(next, &format!(
+                                "{label} got no ack from the next datanode: {}", e.describe()))),
+                        }
+                    }
                 };
                 match relayed {
                     Ok(()) => {
-                        if up.write_all(&dfs_wire::ok_ack(seq)).is_err() || last {
+                        out.extend_from_slice(&dfs_wire::ok_ack(seq));
+                        if last {
                             break;
                         }
-                        continue;
                     }
-                    Err(frame) => frame,
+                    Err(frame) => {
+                        out.extend_from_slice(&frame);
+                        break;
+                    }
                 }
             }
-        };
-        let _ = up.write_all(&frame);
-        break;
+        }
     }
+    flush(&mut out, &mut up);
     if let Some(d) = down.as_ref() {
-        let _ = d.shutdown(Shutdown::Both);
+        let _ = d.get_ref().shutdown(Shutdown::Both);
     }
-    drop(up);
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

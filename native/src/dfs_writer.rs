@@ -67,8 +67,9 @@ pub struct PyPacketWriter {
     peer: String,
 }
 
-fn ack_reader(shared: Arc<Shared>, mut sock: TcpStream, peer: String) {
+fn ack_reader(shared: Arc<Shared>, sock: TcpStream, peer: String) {
     let mut buf = Vec::new();
+    let mut sock = std::io::BufReader::with_capacity(16 * 1024, sock);   // acks come in batches
     loop {
         let msg = match dfs_wire::read_frame(&mut sock, &mut buf, dfs_wire::MAX_ACK) {
             Ok(n) => &buf[4..4 + n],

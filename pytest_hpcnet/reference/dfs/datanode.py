@@ -113,6 +113,8 @@ class DataNode:
     def simple(self, op: str, h: dict) -> dict:
         if op == "ping":
             return {"name": self.name, "auth_refused": sum(auth.refused.values())}
+        if op == "cpu":       # this process's CPU seconds so far (every thread, exited ones too)
+            return {"name": self.name, "impl": self.impl, "cpu_s": time.process_time()}
         if op == "delete_blocks":
             ids = [_block_id(b) for b in h["blocks"]]
             deleted = 0
