@@ -30,6 +30,8 @@ METRICS: frozenset[str] = frozenset({
     # dfsio (pytest_hpcnet.workloads.dfsio.results)
     *(f"dfsio.{kind}.{figure}" for kind in _DFSIO
       for figure in ("throughput", "average_io_rate", "exec_time", "task_rate")),
+    # the block store's write path in CPU time (pytest_hpcnet.workloads.dfsio.pipeline_cost)
+    "dfsio.write.cpu_ms_per_mb", "dfsio.checksum.cpu_ns_per_kib",
     # mapreduce (pytest_hpcnet.workloads.mapreduce)
     *(f"mapreduce.{job}.job_time" for job in _MAPREDUCE),
     *(f"mapreduce.{job}.phase.{phase}" for job in _MAPREDUCE for phase in ("map", "shuffle", "reduce")),
@@ -47,6 +49,7 @@ CONFIG_KEYS: dict[str, tuple[str, ...] | None] = {
     "intermediate": ("local", "shared"),
     "shuffle": ("fetch", "direct"),
     "impl": ("native", "python"),
+    "checksum": ("crc32c", "crc32"),
     "fs": ("posix", "blockstore"),
     "fsync": ("none", "close", "every-buffer"),
     "replication": None,
