@@ -27,6 +27,8 @@ METRICS: frozenset[str] = frozenset({
     "rpc.echo.calls_per_second", "rpc.echo.peak_calls_per_second",
     "rpc.buffers.allocations_per_call", "rpc.buffers.copies_per_call",
     "verbs.send.rtt", "socket.pingpong.rtt",
+    # the fabric alone, beside RDMA claims (pytest_hpcnet.fabric: perftest, qperf, sockperf)
+    "fabric.latency", "fabric.bandwidth",
     # dfsio (pytest_hpcnet.workloads.dfsio.results)
     *(f"dfsio.{kind}.{figure}" for kind in _DFSIO
       for figure in ("throughput", "average_io_rate", "exec_time", "task_rate")),
