@@ -124,3 +124,62 @@ def test_the_ip_side_is_measured_with_qperf_between_two_nodes(tmp_path):
     assert ip[0].params == {"tool": "qperf_tcp_lat"} and ip[0].nodes == ("node0", "node1")
     if not [m for m in measurements if m.config == "transport=verbs,net=ib"]:   # no RDMA device here
         assert len(why) == 1 and why[0].startswith("rdma: ib_send_lat") and "\n" not in why[0]
+
+
+def test_every_claim_comparing_rdma_with_ip_names_its_fabric_quantity():
+    from pathlib import Path
+
+    from pytest_hpcnet.claims import load_claims
+    root = Path(__file__).resolve().parent.parent
+    claims = load_claims(sorted(root.glob("suites/*/claims.toml")))
+    rdma = [c for c in claims.values() if "transport=verbs" in c.candidate and "transport=tcp" in (c.baseline or "")]
+    assert len(rdma) >= 15
+    assert [c.id for c in rdma if c.fabric not in ("latency", "bandwidth")] == []
+
+
+RDMA_CLAIM = """
+[[claim]]
+id = "my.rdma.latency"
+statement = "RDMA RPC round trips are at least 30% shorter than over tcp"
+metric = "rpc.echo.rtt"
+baseline = "transport=tcp,net=eth"
+candidate = "transport=verbs,net=eth"
+kind = "reduction"
+direction = "higher"
+min = 0.3
+fabric = "latency"
+source = "a test of the fabric ceiling's wiring"
+"""
+
+RDMA_TEST = """
+from pytest_hpcnet.measure import measurement
+
+def test_rdma_rtt(measure, fabric_ceiling):
+    base = [20.0, 21.0, 19.5, 20.5, 20.2, 19.8, 20.1, 20.4, 19.9, 20.3]
+    for config, factor in (("transport=tcp,net=eth", 1.0), ("transport=verbs,net=eth", 0.9)):
+        measure.record(measurement("rpc.echo.rtt", [b * factor for b in base], unit="us", direction="lower",
+                                   config=config))
+    print("fabric:", fabric_ceiling("my.rdma.latency"))
+"""
+
+
+@pytest.mark.skipif(shutil.which("qperf") is None, reason="qperf is not installed (Debian package qperf)")
+def test_a_run_records_the_ceiling_next_to_the_claim_and_reports_it(pytester, run_hpcnet, tmp_path):
+    """tcp only here: qperf measures the IP side between two local nodes, perftest finds no RDMA device
+    and says so; the claim (10% shorter, 30% claimed) fails, and the report says the ceiling is missing."""
+    import json
+
+    (pytester.path / "mine.toml").write_text(RDMA_CLAIM)
+    pytester.makepyfile(test_rdma=RDMA_TEST)
+    result = run_hpcnet("--hpcnet-claims=mine.toml", "--hpcnet-cluster=local:2", "-s")
+    result.stdout.fnmatch_lines(["*hpcnet fabric ceilings*", "*my.rdma.latency*(>= 0.3)*"])
+    [path] = sorted((tmp_path / "report").glob("*.json"))
+    record = json.loads(path.read_text())
+    fabric = [m for m in record["measurements"] if m["metric"] == "fabric.latency"]
+    assert [m["config"] for m in fabric] == ["transport=tcp,net=eth"] or len(fabric) == 2
+    [verdict] = record["verdicts"]
+    assert verdict["outcome"] == "fail" and verdict["fabric"]["quantity"] == "latency"
+    if len(fabric) == 1:                   # no RDMA device: the ceiling is missing, and the report says why
+        assert verdict["fabric"]["ceiling"] is None and verdict["fabric"]["ip"] > 0
+        assert verdict["fabric"]["cause"].startswith("fabric ceiling not measured: rdma: ib_send_lat")
+    result.stdout.fnmatch_lines(["FAIL my.rdma.latency*-- *fabric*"])

@@ -142,7 +142,7 @@ def test_blockstore_pipeline_cpu_native_vs_python(native_and_python_stores, clus
 
 @pytest.mark.edr
 @pytest.mark.power8
-def test_seed001_testdfsio_rdma_vs_ipoib(launchers, cluster, workdirs, measure, claim):
+def test_seed001_testdfsio_rdma_vs_ipoib(launchers, cluster, workdirs, measure, claim, fabric_ceiling):
     """Seed 001: TestDFSIO throughput 2.18x-2.26x with RDMA-IB vs IPoIB (100 Gbps), 5 datanodes,
     60 maps, 256 MB blocks. Runs the block store over tcp on the IPoIB network against verbs, by default
     at the paper's shape; the environment can scale it (``HPCNET_DFSIO_PAPER_FILES`` = 60,
@@ -168,4 +168,5 @@ def test_seed001_testdfsio_rdma_vs_ipoib(launchers, cluster, workdirs, measure, 
         for store in stores.values():
             store.stop()
     _record(measure, paired, {"nr_files": files, "size": f"{size_mb}MB", "block_size": block}, cluster.names)
+    fabric_ceiling("dfsio.seed001.throughput.rdma_vs_ipoib")   # ib_write_bw vs qperf tcp_bw, same nodes
     claim("dfsio.seed001.throughput.rdma_vs_ipoib", paired)
