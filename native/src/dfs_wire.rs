@@ -21,8 +21,8 @@ pub const MAX_HEADER: usize = 64 * 1024;
 pub const MAX_MESSAGE: usize = 16 * 1024 * 1024 + (16 * 1024 * 1024 / BYTES_PER_CHECKSUM) * 4 + MAX_HEADER;
 /// Largest acknowledgement a datanode reads from its downstream.
 pub const MAX_ACK: usize = MAX_HEADER + 4;
-/// A frame's buffer grows by at most this much per read, so a peer that announces a long message and
-/// sends nothing costs nothing (as the Python server's `eager_limit`).
+/// A frame's buffer starts at most this large, so a peer that announces a long message and sends
+/// nothing costs little (as the Python server's `eager_limit`).
 const GROW_STEP: usize = 1 << 20;
 
 /// A message's JSON header and its payload.
@@ -111,19 +111,19 @@ pub fn error_ack(bad: u64, reason: &str) -> Vec<u8> {
 /// Reads one frame into `buf` (length prefix kept at the front, so it can be forwarded as it is);
 /// returns the message's length. A length over `limit` is refused before anything is allocated.
 pub fn read_frame<R: Read>(r: &mut R, buf: &mut Vec<u8>, limit: usize) -> Result<usize, FrameError> {
-    buf.clear();
-    buf.resize(4, 0);
-    r.read_exact(&mut buf[..4]).map_err(FrameError::Io)?;
-    let n = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len).map_err(FrameError::Io)?;
+    let n = u32::from_be_bytes(len) as usize;
     if n > limit {
         return Err(FrameError::TooLarge(n, limit));
     }
-    let mut have = 0;
-    while have < n {
-        let step = (n - have).min(GROW_STEP.max(have));
-        buf.resize(4 + have + step, 0);
-        r.read_exact(&mut buf[4 + have..4 + have + step]).map_err(FrameError::Io)?;
-        have += step;
+    buf.clear();
+    buf.extend_from_slice(&len);
+    // read_to_end grows the buffer as bytes arrive (no zeroing, nothing allocated for bytes never sent)
+    buf.reserve(n.min(GROW_STEP));
+    r.by_ref().take(n as u64).read_to_end(buf).map_err(FrameError::Io)?;
+    if buf.len() != 4 + n {
+        return Err(FrameError::Io(io::Error::new(io::ErrorKind::UnexpectedEof, "frame cut short")));
     }
     Ok(n)
 }

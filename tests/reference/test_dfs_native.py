@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import time
 import zlib
 
 import pytest
@@ -187,6 +188,9 @@ def test_a_corrupt_chunk_is_detected_and_reported_in_one_line(store):
     assert ack["reason"] == ("datanode node0 block 770001: checksum mismatch in the chunk at byte 2048 "
                              "(CRC32C per 512 bytes)")
     data_dir = store.dirs["node0"] / "data"
+    deadline = time.monotonic() + 10                      # dropped as the stream ends, just after the ack
+    while list(data_dir.glob("*770001*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not list(data_dir.glob("*770001*"))            # the replica was dropped, no partial file
     _alive_and_serving(store)
 

@@ -262,8 +262,8 @@ class DataNode:
                         verify_chunks(payload[ncrc:], payload[:ncrc], writer.bpc,
                                       f"datanode {self.name} block {block}", writer.length, writer.checksum)
                     except ChecksumError as e:
+                        writer.abandon()            # dropped before the error goes up
                         acks.put(("error", index, str(e)))
-                        writer.abandon()
                         return
                     writer.write(payload[ncrc:], payload[:ncrc])
                 finally:

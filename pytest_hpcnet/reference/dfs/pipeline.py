@@ -150,6 +150,8 @@ class _NativePipeline(_Pipeline):
 
     def start(self) -> None:
         self._setup()
+        if getattr(self.conn, "_carry", b""):    # acks for packets not sent yet: not a datanode we know
+            raise _PipelineFailure(0, f"datanode {self.targets[0]['name']} sent more than the setup ack")
         self.writer = core.PacketWriter(self.conn.sock.fileno(), self.client.bpc, self.client.checksum,
                                         self.acked, f"datanode {self.targets[0]['name']}", WINDOW, ACK_TIMEOUT)
         for _, _, header, _, data in list(self.unacked):
