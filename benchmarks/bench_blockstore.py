@@ -3,7 +3,8 @@
 - checksums: CRC32C per 512-byte chunk in the native core (SSE4.2) in GB/s (goal >= 2 GB/s), beside
   CRC32 native, the Python pipeline's checksum loop (zlib.crc32 per chunk) and a memory copy;
 - replication 1, one node: the native tcp pipeline vs ``dd`` to the same directory with the same fsync
-  policy (goal >= 0.8x), and the Python pipeline beside it;
+  policy (goal >= 0.8x), and the Python pipeline beside it; also per CPU second (client and datanodes
+  against dd's own user + system time), the figure a loaded box does not dilute;
 - replication 3 on local:4 vs replication 1 (goal >= 0.5x).
 
 The datanodes make a replica final with a rename and no fsync (page cache, as the Python datanode
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -35,6 +37,7 @@ from pytest_hpcnet.cluster.pool import Launchers
 from pytest_hpcnet.reference import native
 from pytest_hpcnet.reference.dfs import checksums
 from pytest_hpcnet.reference.dfs.store import BlockStore
+from pytest_hpcnet.workloads.dfsio.pipeline_cost import datanode_cpu_s
 
 BUFFER = 1_000_000
 BLOCK = 128 << 20
@@ -68,21 +71,27 @@ def checksum_gb_s(seconds: float = 0.5, size: int = 64 << 20) -> dict[str, tuple
     return out
 
 
-def dd_mb_s(directory: Path, size_mb: int, fsync: bool) -> float:
+def dd_mb_s(directory: Path, size_mb: int, fsync: bool) -> tuple[float, float]:
+    """(MiB/s, CPU ms per MiB) of ``dd`` writing ``size_mb`` MiB of zeros into ``directory``."""
     target = directory / "dd.out"
     args = ["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={size_mb}"] + (["conv=fsync"] if fsync else [])
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(args, capture_output=True, check=True)
     took = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     target.unlink()
-    return size_mb / took
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return size_mb / took, cpu * 1000 / size_mb
 
 
-def store_mb_s(store: BlockStore, size_mb: int, replication: int, path: str, impl: str) -> float:
-    """One file written through ``impl``'s pipeline end to end (client and datanodes)."""
+def store_mb_s(store: BlockStore, size_mb: int, replication: int, path: str, impl: str) -> tuple[float, float]:
+    """(MiB/s, CPU ms per MiB of client and datanodes) of one file written through ``impl``'s pipeline
+    end to end (client and datanodes)."""
     data = memoryview(os.urandom(BUFFER))
     total = size_mb << 20
     with store.client(replication=replication, block_size=BLOCK, node="node0", impl=impl) as client:
+        dn_before, cpu_before = datanode_cpu_s(client), time.process_time()
         start = time.perf_counter()
         with client.create(path) as out:
             left = total
@@ -91,8 +100,11 @@ def store_mb_s(store: BlockStore, size_mb: int, replication: int, path: str, imp
                 out.write(data[:n])
                 left -= n
         took = time.perf_counter() - start
+        cpu = time.process_time() - cpu_before
+        dn_after = datanode_cpu_s(client)
+        cpu += sum(dn_after[n] - dn_before.get(n, 0.0) for n in dn_after)
         client.delete(path)
-    return size_mb / took
+    return size_mb / took, cpu * 1000 / size_mb
 
 
 def compare(size_mb: int, rounds: int, directory: Path | None) -> dict:
@@ -111,10 +123,13 @@ def compare(size_mb: int, rounds: int, directory: Path | None) -> dict:
                 writers[f"{impl}_r1"] = lambda s=stores[impl], i=impl: store_mb_s(s, size_mb, 1, "/bench/r1", i)
                 writers[f"{impl}_r3"] = lambda s=stores[impl], i=impl: store_mb_s(s, size_mb, 3, "/bench/r3", i)
             names = list(writers)
+            cpu: dict[str, list[float]] = {}
             for r in range(rounds):
                 order = names if r % 2 == 0 else names[::-1]
                 for name in order:
-                    samples.setdefault(name, []).append(writers[name]())
+                    rate, cpu_ms = writers[name]()
+                    samples.setdefault(name, []).append(rate)
+                    cpu.setdefault(name, []).append(cpu_ms)
     finally:
         for s in stores.values():
             s.stop()
@@ -125,10 +140,14 @@ def compare(size_mb: int, rounds: int, directory: Path | None) -> dict:
         ratios[f"{impl}_r1/dd"] = statistics.median(a / b for a, b in zip(samples[f"{impl}_r1"], samples["dd"]))
         ratios[f"{impl}_r3/{impl}_r1"] = statistics.median(
             a / b for a, b in zip(samples[f"{impl}_r3"], samples[f"{impl}_r1"]))
+    for impl in impls:   # MiB per CPU second relative to dd's: what a loaded box does not dilute
+        ratios[f"{impl}_r1/dd per CPU second"] = statistics.median(
+            d / c for d, c in zip(cpu["dd"], cpu[f"{impl}_r1"]))
     if len(impls) == 2:
         ratios["native_r1/python_r1"] = statistics.median(
             a / b for a, b in zip(samples["native_r1"], samples["python_r1"]))
-    return {"mb_s": med, "ratios": ratios, "samples": samples}
+    return {"mb_s": med, "ratios": ratios, "samples": samples,
+            "cpu_ms_per_mb": {k: statistics.median(v) for k, v in cpu.items()}}
 
 
 class BlockStoreWrite:
@@ -176,11 +195,14 @@ def main(argv=None) -> int:
     print(f"\nwrites of {args.size_mb} MiB, {args.rounds} interleaved rounds, MiB/s (median):")
     for k, v in result["mb_s"].items():
         print(f"  {k:12s} {v:8.1f}   rounds: {' '.join(f'{x:.0f}' for x in result['samples'][k])}")
+    print("CPU ms per MiB (median; dd: its own user+system time; the stores: client + every datanode):")
+    for k, v in result["cpu_ms_per_mb"].items():
+        print(f"  {k:12s} {v:8.2f}")
     print("ratios (median of per-round ratios):")
     goals = {"native_r1/dd": 0.8, "native_r3/native_r1": 0.5}
     for k, v in result["ratios"].items():
         goal = f"  (goal >= {goals[k]}: {'met' if v >= goals[k] else 'NOT met'})" if k in goals else ""
-        print(f"  {k:22s} {v:6.2f}{goal}")
+        print(f"  {k:30s} {v:6.2f}{goal}")
     return 0
 
 
