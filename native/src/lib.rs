@@ -20,6 +20,7 @@ mod dfs_wire;
 mod dfs_writer;
 mod client;
 mod floor;
+mod sendfile;
 mod server;
 mod shm;
 mod wire;
@@ -321,5 +322,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPingPong>()?;
     m.add_function(wrap_pyfunction!(pingpong, m)?)?;
     dfs::register(m)?;
+    sendfile::register(m)?;
     Ok(())
 }
