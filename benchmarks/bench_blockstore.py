@@ -156,7 +156,7 @@ class BlockStoreWrite:
     timeout = 600
 
     def setup_cache(self):
-        return {"checksums": checksum_gb_s(0.3), **compare(32, 2, None)}
+        return {"checksums": checksum_gb_s(0.2), **compare(16, 1, None)}
 
     def track_crc32c_native_gb_s(self, cache):
         return cache["checksums"].get("crc32c_native", (float("nan"),))[0]

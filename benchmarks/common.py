@@ -343,7 +343,7 @@ def dfsio_cpu_small() -> list[Measurement]:
             out.append(measurement(metric, samples, unit=unit, direction="lower", config=name))
 
     record(run_paired(lambda: checksum_cpu_ns_per_kib("crc32", "python"),
-                      lambda: checksum_cpu_ns_per_kib("crc32c", "native"), rounds=5,
+                      lambda: checksum_cpu_ns_per_kib("crc32c", "native"), rounds=3,
                       baseline_name="checksum=crc32,impl=python", candidate_name="checksum=crc32c,impl=native"),
            "dfsio.checksum.cpu_ns_per_kib", "ns/KiB")
     with local_launchers(2) as (cluster, launchers):
@@ -354,8 +354,8 @@ def dfsio_cpu_small() -> list[Measurement]:
                                           dirs={n.name: n.workdir / f"dfs-{impl}" for n in cluster.nodes}).start()
                 clients[impl] = stores[impl].client(block_size=4 << 20, packet_size=8 * 1024, impl=impl,
                                                     node=cluster.names[0])
-            record(run_paired(lambda: pipeline_cpu_ms_per_mb(clients["python"], "/cpu/f", 8, 2),
-                              lambda: pipeline_cpu_ms_per_mb(clients["native"], "/cpu/f", 8, 2), rounds=5,
+            record(run_paired(lambda: pipeline_cpu_ms_per_mb(clients["python"], "/cpu/f", 4, 2),
+                              lambda: pipeline_cpu_ms_per_mb(clients["native"], "/cpu/f", 4, 2), rounds=3,
                               baseline_name="blockstore,transport=tcp,replication=2,impl=python",
                               candidate_name="blockstore,transport=tcp,replication=2,impl=native"),
                    "dfsio.write.cpu_ms_per_mb", "ms/MiB")
