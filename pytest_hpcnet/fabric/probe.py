@@ -4,13 +4,13 @@ under test). Returns ``fabric.*`` measurements; a tool that cannot run says why 
 
 from __future__ import annotations
 
+import socket
 import time
 
 from ..errors import HpcnetError
 from ..measure import Measurement, measurement
 from .tools import DEFAULT, TOOLS, FabricTool, ToolError
 
-FABRIC_PORT = 18515 + 7          # perftest's default port is 18515; a neighbour, out of its way
 SERVER_START = 1.0               # seconds a tool's server gets to listen before its client connects
 
 
@@ -23,9 +23,19 @@ def config_of(tool: FabricTool, net: str) -> str:
     return f"transport={'verbs' if tool.side == 'rdma' else 'tcp'},net={net}"
 
 
+def free_port() -> int:
+    """A tcp port free on this host right now, for one tool run (two runs at once, e.g. two pytest
+    workers, must not meet on one port; the nodes of local and netns clusters share this host's port
+    space or have their own)."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
 def run_tool(launchers, server_node, client_node, tool: FabricTool, address: str, seconds: float = 2.0,
-             port: int = FABRIC_PORT) -> float:
+             port: int | None = None) -> float:
     """One run of ``tool``: server on ``server_node``, client on ``client_node`` to ``address``."""
+    port = port or free_port()
     try:
         server = launchers.start(server_node, tool.server(address, port))
     except (OSError, HpcnetError) as e:
