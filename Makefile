@@ -116,13 +116,14 @@ netns-suites: setup
 	$(PY) -m pytest_hpcnet.results check-nodes .hpcnet/netns 4 || status=1; exit $$status
 
 # Coverage-guided fuzzing of the native core's parsers of untrusted bytes (native/fuzz: frames and
-# ipc.maximum.data.length, preamble + context + calls, request/response headers, shm control data).
+# ipc.maximum.data.length, preamble + context + calls, request/response headers, shm control data, the
+# block store datanode's packet stream: receive, verify, write, forward).
 # cargo-fuzz comes from crates.io, installed into ~/.cargo/bin when absent; it drives libFuzzer on
 # the stable toolchain (--sanitizer none needs no nightly; debug assertions and overflow checks stay
 # on). Each target starts from its committed corpus (native/fuzz/corpus/<target>; what a run finds
 # goes to native/fuzz/target/corpus, not into git) and runs FUZZ_SECONDS; a crash fails, its input
 # in native/fuzz/artifacts/<target>. Skipped, and said so, where cargo is not.
-FUZZ_TARGETS ?= frame connection request response shm
+FUZZ_TARGETS ?= frame connection request response shm packet
 FUZZ_SECONDS ?= 15
 CARGO_FUZZ_VERSION ?= 0.13.2
 fuzz:
@@ -158,7 +159,8 @@ gates: setup
 
 # The tests that evaluate enforced gates; a gate no test here evaluates fails the canary run too.
 CANARY_TESTS ?= suites/rpc/test_performance.py::test_pooled_buffers_allocate_and_copy_less_per_call \
-                suites/rpc/test_performance.py::test_interleaved_echo_cost
+                suites/rpc/test_performance.py::test_interleaved_echo_cost \
+                suites/dfsio/test_performance.py::test_checksum_cpu_native_crc32c_vs_python_crc32
 canary: setup
 	@$(PY) -m pytest $(CANARY_TESTS) -p no:cacheprovider -q --hpcnet-canary=$(CANARY) \
 	    --hpcnet-report=.hpcnet/canary; status=$$?; \

@@ -46,6 +46,8 @@ TRACKED = {
     "mapreduce.local.sort.direct_vs_fetch.job_time": common.mapreduce_small,
     "dfsio.local.blockstore.shm_vs_tcp.write": common.dfsio_small,
     "dfsio.local.posix.no_fsync_vs_fsync_close.write": common.dfsio_small,
+    "dfsio.local.checksum.crc32c_native_vs_python_crc32.cpu": common.dfsio_cpu_small,
+    "dfsio.local.blockstore.native_vs_python.cpu": common.dfsio_cpu_small,
 }
 
 

@@ -315,3 +315,46 @@ def dfsio_small() -> list[Measurement]:
         record(run_paired(throughput(close), throughput(none), rounds=DFSIO_ROUNDS,
                           baseline_name="posix,fsync=close", candidate_name="posix,fsync=none"))
     return out
+
+
+@workload
+def dfsio_cpu_small() -> list[Measurement]:
+    """The block store's write path in CPU time: CRC32C native vs the Python pipeline's CRC32 loop
+    (ns/KiB), and a replication-2 write through the native vs the Python pipeline (ms/MiB, client and
+    datanodes), each pair in interleaved rounds (suites/dfsio/test_performance.py's shapes, fewer rounds)."""
+    from pytest_hpcnet.measure import run_paired
+    from pytest_hpcnet.reference import native
+    from pytest_hpcnet.reference.dfs.store import BlockStore
+    from pytest_hpcnet.workloads.dfsio.pipeline_cost import checksum_cpu_ns_per_kib, pipeline_cpu_ms_per_mb
+
+    if not native.AVAILABLE:
+        raise Unavailable(native.WHY_NOT)
+    out = []
+
+    def record(paired, metric, unit):
+        for name, samples in ((paired.baseline_name, paired.baseline), (paired.candidate_name, paired.candidate)):
+            out.append(measurement(metric, samples, unit=unit, direction="lower", config=name))
+
+    record(run_paired(lambda: checksum_cpu_ns_per_kib("crc32", "python"),
+                      lambda: checksum_cpu_ns_per_kib("crc32c", "native"), rounds=3,
+                      baseline_name="checksum=crc32,impl=python", candidate_name="checksum=crc32c,impl=native"),
+           "dfsio.checksum.cpu_ns_per_kib", "ns/KiB")
+    with local_launchers(2) as (cluster, launchers):
+        stores, clients = {}, {}
+        try:
+            for impl in ("python", "native"):
+                stores[impl] = BlockStore(launchers, cluster, transport="tcp", impl=impl,
+                                          dirs={n.name: n.workdir / f"dfs-{impl}" for n in cluster.nodes}).start()
+                clients[impl] = stores[impl].client(block_size=4 << 20, packet_size=8 * 1024, impl=impl,
+                                                    node=cluster.names[0])
+            record(run_paired(lambda: pipeline_cpu_ms_per_mb(clients["python"], "/cpu/f", 4, 2),
+                              lambda: pipeline_cpu_ms_per_mb(clients["native"], "/cpu/f", 4, 2), rounds=3,
+                              baseline_name="blockstore,transport=tcp,replication=2,impl=python",
+                              candidate_name="blockstore,transport=tcp,replication=2,impl=native"),
+                   "dfsio.write.cpu_ms_per_mb", "ms/MiB")
+        finally:
+            for c in clients.values():
+                c.close()
+            for s in stores.values():
+                s.stop()
+    return out

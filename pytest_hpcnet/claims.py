@@ -86,6 +86,7 @@ class Claim:
     zero_ok: bool = False        # the candidate may measure 0 (a counter), so a canary adds, not scales
     file: str | None = None      # where the claim was loaded from
     bound_from: str | None = None  # the [[override]] that set its bounds, if one did ("file: reason")
+    fabric: str | None = None    # "latency" | "bandwidth": measure the fabric's ceiling beside it (pytest_hpcnet.fabric)
     params: Mapping | None = field(default=None, hash=False)  # which measurements of the metric it judges, e.g. {size = 64}
 
     def __post_init__(self):
@@ -123,6 +124,10 @@ class Claim:
             bad(f"verdicts must be 'enforce' or 'report', got {self.verdicts!r}")
         if self.verdicts == "report" and (not isinstance(self.why, str) or not self.why.strip()):
             bad("a report-only claim (verdicts = 'report') must say why it cannot gate (why = '...')")
+        if self.fabric is not None and self.fabric not in ("latency", "bandwidth"):
+            bad(f"fabric must be 'latency' or 'bandwidth' (which native tools give the ceiling), got {self.fabric!r}")
+        if self.fabric is not None and self.kind == "absolute":
+            bad("fabric needs a comparison (kind 'ratio' or 'reduction'): the ceiling is the fabric's own ratio")
         if not isinstance(self.zero_ok, bool):
             bad(f"zero_ok must be true or false, got {self.zero_ok!r}")
         if self.zero_ok and self.kind == "absolute":

@@ -14,7 +14,7 @@ from .cluster.reaper import interrupt_on_signals
 from .errors import HpcnetError
 from .hardware import FEATURES
 from .measure import Measurement, Paired
-from .report.terminal import measurements_table, verdicts_summary, verdicts_table
+from .report.terminal import fabric_table, measurements_table, verdicts_summary, verdicts_table
 from .session import HpcnetSession
 from .targets.hadoop.budget import TEST_S as HADOOP_TEST_S
 
@@ -214,6 +214,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if hs.verdicts:
         tr.write_sep("=", "hpcnet claims")
         tr.write_line(verdicts_table(hs.verdicts))
+        if fabric := fabric_table(hs.verdicts):
+            tr.write_sep("=", "hpcnet fabric ceilings (native tools beside each RDMA claim)")
+            tr.write_line(fabric)
         for line in verdicts_summary(hs.verdicts):
             tr.write_line(line)
     tr.write_line(f"hpcnet run record: {hs.record_path}")
@@ -289,6 +292,14 @@ class Recorder:
 def measure(request, hpcnet) -> Recorder:
     """Record ``Measurement``s and run paired baseline/candidate rounds (``--hpcnet-rounds``)."""
     return Recorder(hpcnet, request.node)
+
+
+@pytest.fixture
+def fabric_ceiling(request, hpcnet):
+    """``fabric_ceiling(claim_id)``: measure what the fabric alone allows for an RDMA claim (perftest vs
+    qperf on the cluster's first two nodes), recorded as ``fabric.*`` beside it; returns why a side
+    could not be measured (the report says so)."""
+    return lambda claim_id: hpcnet.measure_fabric(claim_id, request.node.nodeid)
 
 
 @pytest.fixture

@@ -120,6 +120,8 @@ class HpcnetSession:
         self.owned_claims: set[str] = set()        # claim ids a collected test is parametrized by
         self.skips: dict[str, list[str]] = {}
         self.late_verdicts: list[Verdict] = []     # claims judged at the end from recorded measurements
+        self.fabric_notes: dict[str, list[str]] = {}   # claim id -> why a side of its fabric ceiling is missing
+        self._fabric_done: dict[tuple, list[str]] = {}
 
     def _target_configs(self) -> list[str]:
         """The configuration names the target knows (part of the claims' vocabulary)."""
@@ -237,13 +239,15 @@ class HpcnetSession:
     def worker_output(self) -> dict:
         return {"measurements": [m.to_json() for m in self.measurements], "verdicts": self.verdicts,
                 "collected": sorted(map(str, self.collected_paths)), "skips": self.skips,
-                "owned": sorted(self.owned_claims)}
+                "owned": sorted(self.owned_claims), "fabric_notes": self.fabric_notes}
 
     def merge(self, output: dict) -> None:
         self.measurements += [Measurement.from_json(m) for m in output["measurements"]]
         self.verdicts += output["verdicts"]
         self.collected_paths.update(Path(p) for p in output["collected"])
         self.owned_claims.update(output.get("owned", ()))
+        for claim_id, reasons in output.get("fabric_notes", {}).items():
+            self.fabric_notes.setdefault(claim_id, []).extend(reasons)
         for path, reasons in output.get("skips", {}).items():
             self.skips.setdefault(path, []).extend(reasons)
 
@@ -317,8 +321,30 @@ class HpcnetSession:
         bad = ("fail", "warn") if self.strict_warn else ("fail",)
         return [v for v in self.late_verdicts if v.enforced and not v.injected and v.outcome in bad]
 
+    def measure_fabric(self, claim_id: str, test: str | None = None) -> list[str]:
+        """The fabric's ceiling for a claim with ``fabric = ...``: its native tools on the cluster's first
+        two nodes, recorded as ``fabric.*`` measurements (once per quantity and network in a run).
+        Returns why a side could not be measured (also kept for the claim's verdict)."""
+        from .fabric.ceiling import baseline_net
+        from .fabric.probe import measure_fabric
+        claim = self.claims[claim_id]
+        if not claim.fabric:
+            raise ConfigError(f"claim {claim_id!r} names no fabric quantity (fabric = \"latency\" | \"bandwidth\")",
+                              "fabric ceiling")
+        key = (claim.fabric, baseline_net(claim))
+        if key not in self._fabric_done:
+            measurements, why = measure_fabric(self.launchers, self.cluster.nodes, claim.fabric, key[1])
+            for m in measurements:
+                m.test = test
+                self.record(m)
+            self._fabric_done[key] = why
+        self.fabric_notes[claim_id] = list(self._fabric_done[key])
+        return self.fabric_notes[claim_id]
+
     def finish(self) -> RunRecord:
         self.verdicts += self._judge_the_rest()
+        from .fabric.ceiling import attach_ceilings
+        attach_ceilings(self.verdicts, self.measurements, self.claims, self.fabric_notes)
         probes = self.probes_json()
         nodes = [{"name": n.name, "host": n.host, "addresses": n.addresses, "launcher": n.launcher,
                   **probes[n.name]} for n in self.cluster.nodes]

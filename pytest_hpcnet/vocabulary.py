@@ -27,9 +27,13 @@ METRICS: frozenset[str] = frozenset({
     "rpc.echo.calls_per_second", "rpc.echo.peak_calls_per_second",
     "rpc.buffers.allocations_per_call", "rpc.buffers.copies_per_call",
     "verbs.send.rtt", "socket.pingpong.rtt",
+    # the fabric alone, beside RDMA claims (pytest_hpcnet.fabric: perftest, qperf, sockperf)
+    "fabric.latency", "fabric.bandwidth",
     # dfsio (pytest_hpcnet.workloads.dfsio.results)
     *(f"dfsio.{kind}.{figure}" for kind in _DFSIO
       for figure in ("throughput", "average_io_rate", "exec_time", "task_rate")),
+    # the block store's write path in CPU time (pytest_hpcnet.workloads.dfsio.pipeline_cost)
+    "dfsio.write.cpu_ms_per_mb", "dfsio.checksum.cpu_ns_per_kib",
     # mapreduce (pytest_hpcnet.workloads.mapreduce)
     *(f"mapreduce.{job}.job_time" for job in _MAPREDUCE),
     *(f"mapreduce.{job}.phase.{phase}" for job in _MAPREDUCE for phase in ("map", "shuffle", "reduce")),
@@ -47,6 +51,7 @@ CONFIG_KEYS: dict[str, tuple[str, ...] | None] = {
     "intermediate": ("local", "shared"),
     "shuffle": ("fetch", "direct"),
     "impl": ("native", "python"),
+    "checksum": ("crc32c", "crc32"),
     "fs": ("posix", "blockstore"),
     "fsync": ("none", "close", "every-buffer"),
     "replication": None,

@@ -12,6 +12,8 @@ import struct
 import sys
 from pathlib import Path
 
+from pytest_hpcnet.reference.dfs import checksums
+from pytest_hpcnet.reference.dfs import wire as dfs_wire
 from pytest_hpcnet.reference.rpc import wire
 
 CLIENT_ID = bytes(range(16))
@@ -64,6 +66,13 @@ def response(call_id: int, status, body=None, **error) -> bytes:
     return packet(h, body) if body is not None else packet(h)
 
 
+def dfs_packet(seq: int, offset: int, data: bytes, last: bool, kind: str = "crc32c", bpc: int = 512) -> bytes:
+    """A block store packet frame, its checksums from the pure-Python reference."""
+    sums = checksums.chunk_sums(data, bpc, kind, impl="python")
+    return frame(b"".join(dfs_wire.encode({"op": "packet", "seq": seq, "offset": offset, "len": len(data),
+                                           "last": last}, sums, data)))
+
+
 def seeds() -> dict[str, dict[str, bytes]]:
     limit = struct.pack(">H", 1024)
     conversation = frame(context_packet()) + frame(echo_call()) + frame(ping_call()) + frame(heartbeat())
@@ -97,6 +106,15 @@ def seeds() -> dict[str, dict[str, bytes]]:
                                    errorMsg="unknown protocol x", errorDetail=3),
             "seed-fatal": response(-1, wire.FATAL, exceptionClassName="org.apache.hadoop.ipc.IpcException",
                                    errorMsg="IPC version 10 not supported", errorDetail=14),
+        },
+        # first byte: bit 0 CRC32 (else CRC32C), bits 1-2 bytes per checksum (512, 1, 7, 64), bits 3-4
+        # the replica's starting offset (0, 512, 2^40), bit 5 a downstream
+        "packet": {
+            "seed-two-packets": b"\x20" + dfs_packet(0, 0, bytes(range(256)) * 3, False)
+                                + dfs_packet(1, 768, b"tail", True),
+            "seed-crc32-bpc7": b"\x03" + dfs_packet(0, 0, b"abcdefghijklmnop", True, "crc32", 7),
+            "seed-resume-at-512": b"\x08" + dfs_packet(4, 512, b"z" * 600, True),
+            "seed-ack": b"\x00" + b"".join(dfs_wire.encode({"op": "ack", "seq": 0, "status": "ok"})),
         },
         "shm": {
             "seed-handshake": shm_counters + b'{"capacity": 1048576}',

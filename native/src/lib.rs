@@ -14,8 +14,13 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 mod buffers;
+mod checksum;
+mod dfs;
+mod dfs_wire;
+mod dfs_writer;
 mod client;
 mod floor;
+mod sendfile;
 mod server;
 mod shm;
 mod wire;
@@ -316,5 +321,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFloorServer>()?;
     m.add_class::<PyPingPong>()?;
     m.add_function(wrap_pyfunction!(pingpong, m)?)?;
+    dfs::register(m)?;
+    sendfile::register(m)?;
     Ok(())
 }

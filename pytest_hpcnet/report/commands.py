@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..results import load
-from .terminal import measurements_table, verdicts_table
+from .terminal import fabric_table, measurements_table, verdicts_table
 
 
 def add_commands(subparsers) -> None:
@@ -53,6 +53,9 @@ def _report(args) -> int:
         if record.verdicts:
             print()
             print(verdicts_table(record.verdicts))
+            if fabric := fabric_table(record.verdicts):
+                print("\nfabric ceilings (native tools beside each RDMA claim):")
+                print(fabric)
     from .html import write_html   # matplotlib loads only when a report is drawn
     try:
         path = write_html(record, out)

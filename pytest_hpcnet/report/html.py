@@ -114,9 +114,14 @@ def claims_section(verdicts: list[dict]) -> str:
                      v.get("n", "-"), v.get("bound", "-"), gate_text(v), v.get("reason", ""), v.get("source", "")])
         classes.append({"pass": "pass", "warn": "warn", "fail": "fail"}.get(outcome, "na"))
     summary = ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
+    from ..fabric.ceiling import CEILING_HEADERS, ceiling_rows
+    fabric = ceiling_rows(verdicts)
+    fabric_html = ("\n<h3>Fabric ceilings</h3>\n<p>The same comparison measured with the fabric's native tools "
+                   "(perftest vs qperf/sockperf) on the same nodes: what the fabric alone allows, beside what the "
+                   "stack reached, and whose a FAIL is.</p>\n" + _table(CEILING_HEADERS, fabric)) if fabric else ""
     return (f"<h2>Claims</h2>\n<p>{_e(summary)}</p>\n"
             + _table(["claim", "verdict", "kind", "measured", "CI", "n", "bound", "gate", "why", "source"], rows,
-                     numeric={3, 5}, row_classes=classes))
+                     numeric={3, 5}, row_classes=classes) + fabric_html)
 
 
 # --- measurements --------------------------------------------------------------------------------

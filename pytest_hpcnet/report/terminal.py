@@ -80,5 +80,17 @@ def verdicts_summary(verdicts: list[dict]) -> list[str]:
             note = "" if v.get("enforced", True) else " (report-only)"
             if v.get("injected"):
                 note = f" (canary: {v['injected']:.0%} injected, {'caught' if v['outcome'] == 'fail' else 'MISSED'})"
-            lines.append(f"{v['outcome'].upper()} {v['claim_id']}{note}: {v.get('reason', '')}")
+            cause = f" -- {v['fabric']['cause']}" if v.get("fabric", {}).get("cause") else ""
+            lines.append(f"{v['outcome'].upper()} {v['claim_id']}{note}: {v.get('reason', '')}{cause}")
     return lines
+
+
+def fabric_table(verdicts: list[dict]) -> str:
+    """Per RDMA claim whose run measured the fabric: the paper's claim, what the fabric alone allows,
+    what the stack reached, and whose a FAIL is ('' when no claim has a fabric entry)."""
+    from ..fabric.ceiling import CEILING_HEADERS, ceiling_rows
+    rows = ceiling_rows(verdicts)
+    if not rows:
+        return ""
+    return tabulate(rows, headers=CEILING_HEADERS, tablefmt="simple", disable_numparse=True,
+                    maxcolwidths=[None, 24, 40, None, 60])

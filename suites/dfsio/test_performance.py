@@ -13,8 +13,10 @@ import pytest
 from pytest_hpcnet.measure import measurement
 from pytest_hpcnet.options import env_int
 from pytest_hpcnet.reference.dfs.store import BlockStore
+from pytest_hpcnet.reference import native
 from pytest_hpcnet.reference.transport import TRANSPORTS, verbs
 from pytest_hpcnet.workloads.dfsio import FsTarget, parse_dfsio_args, run_dfsio
+from pytest_hpcnet.workloads.dfsio.pipeline_cost import checksum_cpu_ns_per_kib, pipeline_cpu_ms_per_mb
 
 ROUNDS = 12
 SIZE = "2MB"
@@ -76,9 +78,71 @@ def test_posix_fsync_close_vs_none(launchers, cluster, workdirs, measure, claim)
     claim("dfsio.local.posix.no_fsync_vs_fsync_close.write", paired)
 
 
+# -- the native packet pipeline's design effects, in CPU time (see workloads/dfsio/pipeline_cost.py) ----
+CPU_ROUNDS = 12
+PIPELINE_MB, PIPELINE_PACKET, PIPELINE_BLOCK = 8, 8 * 1024, 4 << 20
+
+
+@pytest.fixture
+def native_and_python_stores(launchers, cluster, workdirs):
+    if not native.AVAILABLE:
+        pytest.skip(native.WHY_NOT)
+    started = {}
+    try:
+        for impl in ("native", "python"):
+            started[impl] = BlockStore(launchers, cluster, transport="tcp", impl=impl,
+                                       dirs={name: path / f"dfs-{impl}" for name, path in workdirs.items()}).start()
+        yield started
+    finally:
+        for store in started.values():
+            store.stop()
+
+
+def test_checksum_cpu_native_crc32c_vs_python_crc32(measure, claim):
+    """What a datanode spends per KiB on its per-chunk checksums: CRC32C in the native core (SSE4.2)
+    against the Python pipeline's CRC32 loop (zlib.crc32 per 512-byte chunk), in this thread's CPU time."""
+    if not native.AVAILABLE:
+        pytest.skip(native.WHY_NOT)
+    metric = "dfsio.checksum.cpu_ns_per_kib"
+    paired = measure.paired(("checksum=crc32,impl=python", lambda: checksum_cpu_ns_per_kib("crc32", "python")),
+                            ("checksum=crc32c,impl=native", lambda: checksum_cpu_ns_per_kib("crc32c", "native")),
+                            rounds=CPU_ROUNDS, metric=metric)
+    measure.record(*(measurement(metric, samples, unit="ns/KiB", direction="lower", config=name,
+                                 params={"bpc": 512, "bytes": 4 << 20})
+                     for name, samples in ((paired.baseline_name, paired.baseline),
+                                           (paired.candidate_name, paired.candidate))))
+    claim("dfsio.local.checksum.crc32c_native_vs_python_crc32.cpu", paired)
+
+
+def test_blockstore_pipeline_cpu_native_vs_python(native_and_python_stores, cluster, measure, claim):
+    """CPU per MiB of a replication-2 write, client and datanodes together, with the per-packet work
+    in the native core against the Python pipeline (8 KiB packets, so the per-packet work dominates)."""
+    if len(cluster.nodes) < 2:
+        pytest.skip(f"a replication pipeline needs two nodes, cluster {cluster.source} has {len(cluster.nodes)}")
+    clients = {impl: store.client(block_size=PIPELINE_BLOCK, packet_size=PIPELINE_PACKET, impl=impl,
+                                  node=cluster.names[0])
+               for impl, store in native_and_python_stores.items()}
+    metric = "dfsio.write.cpu_ms_per_mb"
+    try:
+        paired = measure.paired(
+            ("blockstore,transport=tcp,replication=2,impl=python",
+             lambda: pipeline_cpu_ms_per_mb(clients["python"], "/cpu/f", PIPELINE_MB, 2)),
+            ("blockstore,transport=tcp,replication=2,impl=native",
+             lambda: pipeline_cpu_ms_per_mb(clients["native"], "/cpu/f", PIPELINE_MB, 2)),
+            rounds=CPU_ROUNDS, metric=metric)
+    finally:
+        for c in clients.values():
+            c.close()
+    measure.record(*(measurement(metric, samples, unit="ms/MiB", direction="lower", config=name,
+                                 nodes=cluster.names, params={"size_mb": PIPELINE_MB, "packet": PIPELINE_PACKET})
+                     for name, samples in ((paired.baseline_name, paired.baseline),
+                                           (paired.candidate_name, paired.candidate))))
+    claim("dfsio.local.blockstore.native_vs_python.cpu", paired)
+
+
 @pytest.mark.edr
 @pytest.mark.power8
-def test_seed001_testdfsio_rdma_vs_ipoib(launchers, cluster, workdirs, measure, claim):
+def test_seed001_testdfsio_rdma_vs_ipoib(launchers, cluster, workdirs, measure, claim, fabric_ceiling):
     """Seed 001: TestDFSIO throughput 2.18x-2.26x with RDMA-IB vs IPoIB (100 Gbps), 5 datanodes,
     60 maps, 256 MB blocks. Runs the block store over tcp on the IPoIB network against verbs, by default
     at the paper's shape; the environment can scale it (``HPCNET_DFSIO_PAPER_FILES`` = 60,
@@ -104,4 +168,5 @@ def test_seed001_testdfsio_rdma_vs_ipoib(launchers, cluster, workdirs, measure, 
         for store in stores.values():
             store.stop()
     _record(measure, paired, {"nr_files": files, "size": f"{size_mb}MB", "block_size": block}, cluster.names)
+    fabric_ceiling("dfsio.seed001.throughput.rdma_vs_ipoib")   # ib_write_bw vs qperf tcp_bw, same nodes
     claim("dfsio.seed001.throughput.rdma_vs_ipoib", paired)

@@ -9,7 +9,7 @@ import pytest
 
 from pytest_hpcnet.cluster import local_cluster
 from pytest_hpcnet.cluster.pool import Launchers
-from pytest_hpcnet.reference import auth
+from pytest_hpcnet.reference import auth, native
 from pytest_hpcnet.reference.dfs.errors import ChecksumError, DfsError, DfsWriteError
 from pytest_hpcnet.reference.dfs.store import BlockStore
 from pytest_hpcnet.reference.transport import get_transport
@@ -29,17 +29,31 @@ def launchers(cluster, tmp_path_factory):
         yield ls
 
 
-@pytest.fixture(scope="module", params=["tcp", "shm"])
+# (transport, datanode impls): native and Python datanodes, alone and mixed in one pipeline (a native
+# head forwarding to a Python stage and the reverse; node order is pipeline order for a local writer)
+STORES = {
+    "tcp-native": ("tcp", "native"),
+    "tcp-python": ("tcp", "python"),
+    "tcp-mixed": ("tcp", {"node0": "native", "node1": "python", "node2": "native"}),
+    "shm": ("shm", "python"),
+}
+
+
+@pytest.fixture(scope="module", params=list(STORES))
 def store(request, launchers, cluster, tmp_path_factory):
+    transport, impl = STORES[request.param]
+    if "native" in str(impl) and not native.AVAILABLE:
+        pytest.skip(native.WHY_NOT)
     root = tmp_path_factory.mktemp(f"dfs-{request.param}")
-    with BlockStore(launchers, cluster, transport=request.param,
+    with BlockStore(launchers, cluster, transport=transport, impl=impl,
                     dirs={n.name: root / n.name for n in cluster.nodes}).start() as st:
         yield st
 
 
 @pytest.fixture
 def client(store):
-    with store.client(replication=3, block_size=BLOCK, packet_size=16 * KB) as c:
+    impl = "python" if "native" not in store.impls.values() else None   # the Python store: a Python writer
+    with store.client(replication=3, block_size=BLOCK, packet_size=16 * KB, impl=impl) as c:
         yield c
 
 
@@ -179,7 +193,8 @@ def test_garbage_on_a_datanode_connection_is_dropped_and_logged(store, client):
     assert client.open("/g/f").read() == data
 
 
-def test_failure_while_draining_the_last_acks_of_a_block(launchers, cluster, tmp_path, monkeypatch):
+@pytest.mark.parametrize("impl", ["native", "python"])
+def test_failure_while_draining_the_last_acks_of_a_block(launchers, cluster, tmp_path, monkeypatch, impl):
     """All of a block's packets are sent, then the tail dies before acknowledging: the recovered
     pipeline must be drained too before the block is committed. (The stream once committed right
     after the resend; on a loaded machine the close then reset the connection and lost packets.
@@ -187,11 +202,14 @@ def test_failure_while_draining_the_last_acks_of_a_block(launchers, cluster, tmp
     acknowledged length is short of what it sent.)"""
     from pytest_hpcnet.reference.dfs import pipeline
 
-    with BlockStore(launchers, cluster, transport="tcp",
+    if impl == "native" and not native.AVAILABLE:
+        pytest.skip(native.WHY_NOT)
+    cls = pipeline.pipeline_class(impl)
+    with BlockStore(launchers, cluster, transport="tcp", impl=impl,
                     dirs={n.name: tmp_path / n.name for n in cluster.nodes}).start() as st, \
-            st.client(replication=3, block_size=BLOCK, packet_size=16 * KB) as c:
+            st.client(replication=3, block_size=BLOCK, packet_size=16 * KB, impl=impl) as c:
         killed = []
-        real_drain = pipeline._Pipeline.drain
+        real_drain = cls.drain
 
         def drain_after_killing_the_tail(self):
             if not killed:
@@ -199,7 +217,7 @@ def test_failure_while_draining_the_last_acks_of_a_block(launchers, cluster, tmp
                 st.kill_datanode(killed[0])
             return real_drain(self)
 
-        monkeypatch.setattr(pipeline._Pipeline, "drain", drain_after_killing_the_tail)
+        monkeypatch.setattr(cls, "drain", drain_after_killing_the_tail)
         data = os.urandom(BLOCK + 5000)
         out = _write(c, "/d/f", data)
         monkeypatch.undo()

@@ -219,10 +219,20 @@ def test_every_worker_lost_is_a_clear_failure(tmp_path):
 
 # -- the shuffle server ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("transport", ["tcp", "shm"])
-def test_shuffle_server_answers_garbage_with_an_error_and_keeps_serving(tmp_path, transport):
+@pytest.mark.parametrize("transport,impl", [("tcp", "native"), ("tcp", "python"), ("shm", None)])
+def test_shuffle_server_answers_garbage_with_an_error_and_keeps_serving(tmp_path, transport, impl):
+    """tcp with impl=native sends segments with sendfile (zero-copy), impl=python reads then sends."""
+    from pytest_hpcnet.reference import native
+    if impl == "native" and not native.AVAILABLE:
+        pytest.skip(native.WHY_NOT)
     write_map_output(tmp_path / "job" / "map-00000", [b"abc", b"", b"defg"])
-    server = ShuffleServer(transport, "127.0.0.1", {"local": tmp_path})
+    big = os.urandom(3 << 20)
+    write_map_output(tmp_path / "job" / "map-00001", [big, b"z"])
+    write_map_output(tmp_path / "job" / "map-00002", [b"x" * 100])
+    with open(tmp_path / "job" / "map-00002.out", "r+b") as f:      # the index promises more than the data
+        f.truncate(60)
+    server = ShuffleServer(transport, "127.0.0.1", {"local": tmp_path}, impl=impl)
+    assert server.sendfile == (impl == "native")
     try:
         conn = auth.connect(get_transport(transport), server.address, timeout=5)   # a reducer of this run
         for bad in (b"not json", json.dumps({"root": "local", "path": "../etc/passwd", "reduce": 0}).encode(),
@@ -241,6 +251,12 @@ def test_shuffle_server_answers_garbage_with_an_error_and_keeps_serving(tmp_path
             [b"defg", b"", b"abc"]
         with pytest.raises(FetchError, match="shuffle server of node0: bad shuffle request"):
             fetch_from(transport, server.address, "node0", [{"root": "local", "path": "nope", "reduce": 0}])
+        assert fetch_from(transport, server.address, "node0",
+                          [{"root": "local", "path": "job/map-00001", "reduce": r} for r in (0, 1)]) == [big, b"z"]
+        with pytest.raises(FetchError, match="truncated"):
+            fetch_from(transport, server.address, "node0", [{"root": "local", "path": "job/map-00002", "reduce": 0}])
+        assert fetch_from(transport, server.address, "node0",                  # and it keeps serving
+                          [{"root": "local", "path": "job/map-00000", "reduce": 0}]) == [b"abc"]
         assert close_idle(older_than=0) >= 1      # the kept connection of the successful fetch
     finally:
         server.close()

@@ -11,7 +11,7 @@ from pathlib import Path
 from pytest_hpcnet.reference.rpc import wire
 
 FUZZ = Path(__file__).resolve().parents[2] / "native" / "fuzz"
-TARGETS = ("frame", "connection", "request", "response", "shm")
+TARGETS = ("frame", "connection", "request", "response", "shm", "packet")
 
 
 def _generator():
@@ -64,3 +64,19 @@ def test_the_connection_seed_is_a_whole_conversation():
         pos += 4 + n
         packets += 1
     assert pos == len(data) and packets == 5   # context, echo, ping, heartbeat, close
+
+
+def test_the_packet_seeds_are_block_store_packets_the_python_datanode_accepts():
+    from pytest_hpcnet.reference.dfs import checksums
+    from pytest_hpcnet.reference.dfs.wire import decode
+
+    data = (FUZZ / "corpus" / "packet" / "seed-two-packets").read_bytes()
+    pos, seen = 1, []
+    while pos < len(data):
+        (n,) = struct.unpack_from(">I", data, pos)
+        header, payload = decode(memoryview(data)[pos + 4:pos + 4 + n])
+        ncrc = len(payload) - header["len"]
+        checksums.verify(payload[ncrc:], payload[:ncrc], 512, "seed", 0, "crc32c", impl="python")
+        seen.append((header["seq"], header["offset"], header["last"]))
+        pos += 4 + n
+    assert seen == [(0, 0, False), (1, 768, True)]

@@ -5,6 +5,12 @@
 #[path = "../../src/wire.rs"]
 pub mod wire;
 
+#[path = "../../src/checksum.rs"]
+pub mod checksum;
+
+#[path = "../../src/dfs_wire.rs"]
+pub mod dfs_wire;
+
 use wire::{Cursor, Frame, RequestHeader, ResponseHeader, WireResult};
 
 /// The server's reading of a connection context packet (server.rs `context`): a delimited

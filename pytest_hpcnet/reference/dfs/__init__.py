@@ -7,9 +7,11 @@
   acknowledgements flowing back up and recover around a failed datanode; reads verify checksums.
 - ``store``: ``BlockStore`` -- starts the metadata service and the datanodes on a cluster's nodes.
 
-Checksums are CRC-32 (zlib's, the IEEE polynomial; Hadoop's ``CRC32`` checksum type) over every
-``BYTES_PER_CHECKSUM`` = 512 bytes, HDFS's default chunk. HDFS defaults to CRC-32C, which the Python
-standard library lacks; the chunking and verification points are the same.
+Checksums are one CRC over every ``BYTES_PER_CHECKSUM`` = 512 bytes, HDFS's default chunk, of the
+type the writer picks (``checksums``): CRC-32C by default (HDFS's ``dfs.checksum.type`` default), or
+CRC-32 (zlib's). Each replica's meta file records its type. Datanodes run the packet pipeline in the
+native core (``impl=native``, ``native.py``) or in Python (``impl=python``); both speak the same wire
+format and mix in one pipeline.
 """
 
 from .errors import ChecksumError, DfsError, DfsWriteError, NoSuchFile, ProtocolError  # noqa: F401

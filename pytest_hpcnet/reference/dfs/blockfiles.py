@@ -1,5 +1,6 @@
 """How a datanode keeps blocks on disk: ``blk_<id>`` holds the data, ``blk_<id>.meta`` a small header
-(magic, generation stamp, bytes per checksum) followed by one big-endian CRC-32 per chunk."""
+(magic, generation stamp, bytes per checksum) followed by one big-endian CRC per chunk. The magic names
+the checksum type: ``HPCC`` CRC-32C, ``HPCB`` CRC-32 (the first format, before CRC-32C)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import struct
 from pathlib import Path
 
 from .errors import DfsError, NoSuchFile
-from .wire import chunk_crcs
+from . import checksums
 
 _META = struct.Struct(">4sQI")
-MAGIC = b"HPCB"
+MAGICS = {"crc32c": b"HPCC", "crc32": b"HPCB"}
+KIND_OF_MAGIC = {m: k for k, m in MAGICS.items()}
 
 
 class BlockDir:
@@ -28,6 +30,14 @@ class BlockDir:
 
     def header(self, block_id: int) -> tuple[int, int]:
         """(generation stamp, bytes per checksum) of a stored block."""
+        return self.info(block_id)[:2]
+
+    def checksum(self, block_id: int) -> str:
+        """The checksum type of a stored block."""
+        return self.info(block_id)[2]
+
+    def info(self, block_id: int) -> tuple[int, int, str]:
+        """(generation stamp, bytes per checksum, checksum type) of a stored block."""
         try:
             with open_nofollow(self.meta_path(block_id)) as f:
                 magic, gen, bpc = _META.unpack(f.read(_META.size))
@@ -35,9 +45,9 @@ class BlockDir:
             raise NoSuchFile(f"block {block_id} is not stored here") from None
         except struct.error:
             raise DfsError(f"block {block_id}: meta file is truncated") from None
-        if magic != MAGIC:
+        if magic not in KIND_OF_MAGIC:
             raise DfsError(f"block {block_id}: meta file has a bad magic number")
-        return gen, bpc
+        return gen, bpc, KIND_OF_MAGIC[magic]
 
     def length(self, block_id: int) -> int:
         try:
@@ -50,8 +60,9 @@ class BlockDir:
         """Where a replica under construction lives until ``BlockWriter.finish`` renames it into place."""
         return (self.root / f".blk_{int(block_id)}.tmp", self.root / f".blk_{int(block_id)}.meta.tmp")
 
-    def open_writer(self, block_id: int, gen: int, bpc: int, offset: int) -> "BlockWriter":
-        return BlockWriter(self, block_id, gen, bpc, offset)
+    def open_writer(self, block_id: int, gen: int, bpc: int, offset: int,
+                    checksum: str = checksums.DEFAULT) -> "BlockWriter":
+        return BlockWriter(self, block_id, gen, bpc, offset, checksum=checksum)
 
     def remove_tmp(self, block_id: int) -> None:
         for p in self.tmp_paths(block_id):
@@ -100,17 +111,17 @@ class BlockDir:
     def truncate(self, block_id: int, length: int) -> None:
         """Cut a finalized replica to ``length`` bytes: the prefix is copied to a new replica that
         replaces the old one atomically (never cut in place: a reader sees the old or the new)."""
-        gen, bpc = self.header(block_id)
+        gen, bpc, kind = self.info(block_id)
         size = self.length(block_id)
         if not 0 <= length <= size:
             raise DfsError(f"block {block_id}: cannot truncate {size} bytes to {length}")
         full = length - length % bpc
-        writer = BlockWriter(self, block_id, gen, bpc, full, replace_gen=gen)
+        writer = BlockWriter(self, block_id, gen, bpc, full, replace_gen=gen, checksum=kind)
         try:
             if length % bpc:
                 with open_nofollow(self.data_path(block_id)) as f:
                     tail = os.pread(f.fileno(), length % bpc, full)
-                writer.write(tail, chunk_crcs(tail, bpc))
+                writer.write(tail, checksums.chunk_sums(tail, bpc, kind))
             writer.finish()
         finally:
             writer.abandon()
@@ -147,7 +158,9 @@ class BlockWriter:
     MAX_BPC = 64 * 1024
 
     def __init__(self, bdir: BlockDir, block_id: int, gen: int, bpc: int, offset: int,
-                 replace_gen: int | None = None):
+                 replace_gen: int | None = None, checksum: str = checksums.DEFAULT):
+        self.checksum = checksums.check_kind(checksum)
+        magic = MAGICS[checksum]
         if isinstance(block_id, bool) or not isinstance(block_id, int) or block_id < 0:
             raise DfsError(f"bad block id {block_id!r}")
         if not 1 <= gen < 1 << 63 or not 1 <= bpc <= self.MAX_BPC or offset < 0:
@@ -178,16 +191,17 @@ class BlockWriter:
             new = os.O_RDWR | os.O_CREAT | os.O_EXCL
             self.data = open_nofollow(tdata, new)
             self.meta = open_nofollow(tmeta, new)
-            self.meta.write(_META.pack(MAGIC, gen, bpc))
+            self.meta.write(_META.pack(magic, gen, bpc))
             if source == "final":                 # copy the prefix of the finalized replica
-                _, old_bpc = bdir.header(block_id)
-                if old_bpc != bpc:
-                    raise DfsError(f"block {block_id}: stored with {old_bpc} bytes per checksum, not {bpc}")
+                _, old_bpc, old_kind = bdir.info(block_id)
+                if (old_bpc, old_kind) != (bpc, checksum):
+                    raise DfsError(f"block {block_id}: stored with {old_kind} per {old_bpc} bytes, "
+                                   f"not {checksum} per {bpc}")
                 with open_nofollow(bdir.data_path(block_id)) as d, open_nofollow(bdir.meta_path(block_id)) as m:
                     _copy(d.fileno(), self.data.fileno(), 0, offset)
                     _copy(m.fileno(), self.meta.fileno(), _META.size, 4 * (offset // bpc))
         self.meta.seek(0)
-        self.meta.write(_META.pack(MAGIC, gen, bpc))
+        self.meta.write(_META.pack(magic, gen, bpc))
         self.meta.seek(0, os.SEEK_END)
         self.data.seek(offset)
         self.length = offset
@@ -198,7 +212,7 @@ class BlockWriter:
             with open_nofollow(tmeta) as m:
                 magic, tgen, tbpc = _META.unpack(m.read(_META.size))
             have = os.stat(tdata, follow_symlinks=False).st_size
-            if magic == MAGIC and tbpc == self.bpc and tgen < self.gen and have >= offset:
+            if magic == MAGICS[self.checksum] and tbpc == self.bpc and tgen < self.gen and have >= offset:
                 return "tmp"
         except (OSError, struct.error):
             pass

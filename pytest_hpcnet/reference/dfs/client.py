@@ -17,7 +17,9 @@ import threading
 
 from .. import auth
 from ..transport import TransportError, get_transport
+from . import checksums
 from .errors import ChecksumError, DfsError, NoSuchFile
+from .native import resolve_impl
 from .pipeline import DfsOutputStream
 from .wire import BYTES_PER_CHECKSUM, MAX_MESSAGE, PACKET_SIZE, decode, encode, request, verify_chunks
 
@@ -27,7 +29,8 @@ DEFAULT_BLOCK_SIZE = 128 * 1024 * 1024
 class DfsClient:
     def __init__(self, meta: tuple[str, int], transport: str = "tcp", *, replication: int = 3,
                  block_size: int = DEFAULT_BLOCK_SIZE, packet_size: int = PACKET_SIZE,
-                 bpc: int = BYTES_PER_CHECKSUM, node: str | None = None, timeout: float = 30.0):
+                 bpc: int = BYTES_PER_CHECKSUM, node: str | None = None, timeout: float = 30.0,
+                 checksum: str = checksums.DEFAULT, impl: str | None = None):
         if packet_size <= 0 or packet_size % bpc:
             raise DfsError(f"packet size {packet_size} must be a positive multiple of {bpc}")
         if block_size <= 0 or block_size % bpc:
@@ -36,6 +39,9 @@ class DfsClient:
         self.transport = get_transport(transport)
         self.replication, self.block_size = replication, block_size
         self.packet_size, self.bpc, self.timeout = packet_size, bpc, timeout
+        self.checksum = checksums.check_kind(checksum)
+        # who runs the write pipeline's per-packet work (native: core.PacketWriter; tcp only)
+        self.pipeline_impl = resolve_impl(impl, transport, "dfs client impl")
         self.node = node or os.environ.get("HPCNET_NODE")
         self._meta = None
         # one metadata connection, one request/reply at a time: threads sharing a client (a writer and a
@@ -166,7 +172,8 @@ class DfsClient:
                     data, crcs = payload[len(payload) - n:], payload[:len(payload) - n]
                     where = f"block {block['id']} on datanode {loc['name']}"
                     try:
-                        verify_chunks(data, crcs, int(header["bpc"]), where, start)
+                        verify_chunks(data, crcs, int(header["bpc"]), where, start,
+                                      header.get("checksum", checksums.DEFAULT))
                     except ChecksumError:
                         self._forget(loc)      # the rest of this stream is unread; start afresh
                         raise

@@ -1,7 +1,7 @@
 """The datanode process: stores blocks, serves reads, and is one stage of a replication pipeline.
 
     python -m pytest_hpcnet.reference.dfs.datanode --dir D --name NODE --transport tcp|shm \
-        --meta HOST:PORT [--host H] [--port P]
+        --meta HOST:PORT [--host H] [--port P] [--impl native|python]
 
 registers with the metadata service, then announces ``listening on <transport> <host>:<port>``
 (``cluster.nodeprogram``) and serves until SIGTERM/SIGINT.
@@ -14,6 +14,11 @@ packet's acknowledgement upstream only after the downstream node acknowledged it
 client means every node in the pipeline has the bytes. A failure is reported upstream as an error
 ack naming the pipeline index of the node at fault (``bad``); the client rebuilds the pipeline from
 the survivors and resends what was not acknowledged (``offset`` = bytes acknowledged so far).
+
+With ``--impl native`` (the default where the native core is installed) and the tcp transport, the
+per-packet work -- receive, forward, verify, write, relay acks -- runs in the native core
+(``native.py``); this module still does what happens once per block. The wire format is the same, so
+native and Python datanodes mix in one pipeline.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from .. import auth
 from ...cluster.nodeprogram import announce, node_main, serve_until_signalled
 from ...timeouts import scaled
 from ..transport import TransportError, get_transport
+from . import checksums
+from . import native as native_dfs
 from .blockfiles import BlockDir, BlockWriter
 from .errors import ChecksumError, DfsError, ProtocolError
 from ..serving import DEFAULT_LIMITS
@@ -46,8 +53,10 @@ MAX_TARGETS = 16                             # downstream datanodes one write re
 
 
 class DataNode:
-    def __init__(self, name: str, root: Path, transport: str, meta: tuple[str, int] | None = None):
+    def __init__(self, name: str, root: Path, transport: str, meta: tuple[str, int] | None = None,
+                 impl: str | None = None):
         self.name = name
+        self.impl = native_dfs.resolve_impl(impl, transport)
         self.blocks = BlockDir(root)
         left = self.blocks.clean_tmp()
         if left:
@@ -105,6 +114,8 @@ class DataNode:
     def simple(self, op: str, h: dict) -> dict:
         if op == "ping":
             return {"name": self.name, "auth_refused": sum(auth.refused.values())}
+        if op == "cpu":       # this process's CPU seconds so far (every thread, exited ones too)
+            return {"name": self.name, "impl": self.impl, "cpu_s": time.process_time()}
         if op == "delete_blocks":
             ids = [_block_id(b) for b in h["blocks"]]
             deleted = 0
@@ -118,8 +129,9 @@ class DataNode:
                 self.blocks.truncate(block, length)
             return {}
         if op == "block_info":
-            gen, bpc = self.blocks.header(_block_id(h["block"]))
-            return {"length": self.blocks.length(_block_id(h["block"])), "gen": gen, "bpc": bpc}
+            gen, bpc, kind = self.blocks.info(_block_id(h["block"]))
+            return {"length": self.blocks.length(_block_id(h["block"])), "gen": gen, "bpc": bpc,
+                    "checksum": kind}
         raise DfsError(f"unknown op {op!r}")
 
     # -- reads -------------------------------------------------------------------------------------
@@ -128,9 +140,10 @@ class DataNode:
             block = _block_id(h["block"])
             offset, length = _nonneg(h["offset"], "offset"), _nonneg(h["length"], "length")
             packet = min(MAX_PACKET, max(1, _nonneg(h.get("packet", PACKET_SIZE), "packet")))
-            _, bpc = self.blocks.header(block)
+            _, bpc, kind = self.blocks.info(block)
             for start, data, crcs in self.blocks.read(block, offset, length, packet):
-                conn.send(encode({"op": "data", "start": start, "len": len(data), "bpc": bpc}, crcs, data))
+                conn.send(encode({"op": "data", "start": start, "len": len(data), "bpc": bpc,
+                                  "checksum": kind}, crcs, data))
         except TransportError:
             raise
         except Exception as e:
@@ -146,6 +159,7 @@ class DataNode:
         if not 1 <= bpc <= BlockWriter.MAX_BPC or offset % bpc or gen < 1:
             raise DfsError(f"bad write request for block {block}: gen {gen}, bytes per checksum {bpc}, "
                            f"offset {offset}")
+        checksums.check_kind(h.get("checksum", checksums.DEFAULT))
         targets = h.get("targets") or []
         if not isinstance(targets, list) or len(targets) > MAX_TARGETS:
             raise DfsError(f"targets must be a list of at most {MAX_TARGETS} [host, port] pairs")
@@ -198,12 +212,17 @@ class DataNode:
                     up.send(encode(reply))
                     return
             try:
-                writer = self.blocks.open_writer(block, gen, bpc, offset)
+                writer = self.blocks.open_writer(block, gen, bpc, offset,
+                                                 h.get("checksum", checksums.DEFAULT))
             except Exception as e:
                 up.send(encode(_error(index, f"datanode {self.name}: {type(e).__name__}: {e}")))
                 return
             up.send(encode({"op": "ack", "seq": -1, "status": "ok"}))
-            self._stream(up, down, writer, index, block)
+            if self.impl == "native":
+                native_dfs.stream(up, down, writer, index, f"datanode {self.name} block {block}",
+                                  PACKET_TIMEOUT, lambda m: log(f"datanode {self.name}", m))
+            else:
+                self._stream(up, down, writer, index, block)
         finally:
             if writer is not None:
                 writer.close()     # unfinished: stays under its temporary name for a recovery
@@ -228,6 +247,11 @@ class DataNode:
                     if header["op"] != "packet":
                         raise ProtocolError(f"expected a packet, got {header['op']!r}")
                     seq, n, last = int(header["seq"]), int(header["len"]), bool(header.get("last"))
+                    if not 0 <= n <= len(payload):
+                        raise ProtocolError(f"packet length {n} is impossible in a {len(payload)}-byte payload")
+                    if header.get("offset", writer.length) != writer.length:
+                        raise ProtocolError(f"packet {seq} starts at byte {header.get('offset')}, the "
+                                            f"replica has {writer.length}")
                     ncrc = len(payload) - n
                     if forwarding:
                         try:
@@ -237,10 +261,10 @@ class DataNode:
                             return
                     try:
                         verify_chunks(payload[ncrc:], payload[:ncrc], writer.bpc,
-                                      f"datanode {self.name} block {block}", writer.length)
+                                      f"datanode {self.name} block {block}", writer.length, writer.checksum)
                     except ChecksumError as e:
+                        writer.abandon()            # dropped before the error goes up
                         acks.put(("error", index, str(e)))
-                        writer.abandon()
                         return
                     writer.write(payload[ncrc:], payload[:ncrc])
                 finally:
@@ -341,12 +365,14 @@ def main(argv=None) -> int:
     parser.add_argument("--meta", required=True, help="HOST:PORT of the metadata service")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--impl", default="auto", help="native|python: who runs the packet pipeline "
+                        "(auto: native where the core is installed and the transport is tcp)")
     return node_main(parser, _run, argv, label="datanode")
 
 
 def _run(args) -> int:
     host, _, port = args.meta.rpartition(":")
-    node = DataNode(args.name, args.dir, args.transport, meta=(host, int(port)))
+    node = DataNode(args.name, args.dir, args.transport, meta=(host, int(port)), impl=args.impl)
     listener = node.transport.listen(args.host, args.port)
     register((host, int(port)), args.name, listener.address)
     server = serve(listener, node.handle, f"datanode {args.name}").start()

@@ -1,7 +1,7 @@
 """The client end of a block's replication pipeline, and the output stream that drives it.
 
-``DfsOutputStream`` cuts what is written into packets (``PACKET_SIZE`` data bytes, a CRC-32 per
-``bpc`` bytes) and blocks (``block_size``). Each block goes down one pipeline of datanodes; up to
+``DfsOutputStream`` cuts what is written into packets (``PACKET_SIZE`` data bytes, a CRC of the
+client's checksum type per ``bpc`` bytes) and blocks (``block_size``). Each block goes down one pipeline of datanodes; up to
 ``WINDOW`` packets are in flight and kept until acknowledged. When a datanode fails (an error ack
 names its pipeline index, or the head of the pipeline itself is gone) the stream bumps the block's
 generation stamp at the metadata service, restarts the pipeline on the surviving nodes at the last
@@ -15,6 +15,7 @@ import collections
 import threading
 
 from .. import auth
+from ..native import core
 from ...timeouts import scaled
 from ..transport import TransportError
 from .errors import DfsWriteError, ProtocolError
@@ -42,21 +43,30 @@ class _Pipeline:
 
     def start(self) -> None:
         """Connect, set the pipeline up and resend what the previous pipeline left unacknowledged."""
+        self._setup()
+        self._reader = threading.Thread(target=self._read_acks, daemon=True)
+        self._reader.start()
+        for _, _, header, crcs, data in list(self.unacked):
+            self._send(header, crcs, data)
+
+    def _setup(self) -> None:
         head, rest = self.targets[0], self.targets[1:]
         try:
             self.conn = auth.connect(self.client.transport, head["address"], timeout=scaled(10.0))
             self.conn.send(encode({"op": "write_block", "block": self.block["id"], "gen": self.gen,
                                    "offset": self.acked, "bpc": self.client.bpc, "index": 0,
+                                   "checksum": self.client.checksum,
                                    "targets": [t["address"] for t in rest]}))
             ack = self._recv_ack(timeout=30.0)
         except TransportError as e:
             raise _PipelineFailure(0, f"datanode {head['name']} at {head['address']}: {e}") from None
         if ack.get("status") != "ok":
             raise _PipelineFailure(int(ack.get("bad", 0)), ack.get("reason", "pipeline setup failed"))
-        self._reader = threading.Thread(target=self._read_acks, daemon=True)
-        self._reader.start()
-        for _, _, header, crcs, data in list(self.unacked):
-            self._send(header, crcs, data)
+
+    def pending(self) -> list:
+        """The packets not acknowledged: (seq, end offset, header, crcs, data), oldest first."""
+        with self.cond:
+            return list(self.unacked)
 
     def _recv_ack(self, timeout: float) -> dict:
         msg = self.conn.recv(timeout=timeout, max_length=MAX_MESSAGE)
@@ -105,7 +115,7 @@ class _Pipeline:
             raise self._failed(e) from None
 
     def send(self, header: dict, data: bytes) -> None:
-        crcs = chunk_crcs(data, self.client.bpc)
+        crcs = chunk_crcs(data, self.client.bpc, self.client.checksum)
         with self.cond:
             timed_out = not self.cond.wait_for(lambda: len(self.unacked) < WINDOW or self.failure,
                                                ACK_TIMEOUT)
@@ -131,6 +141,59 @@ class _Pipeline:
             self._reader.join(ACK_TIMEOUT)
 
 
+class _NativePipeline(_Pipeline):
+    """The same pipeline with its per-packet work in the native core (``core.PacketWriter``): packets
+    are built, checksummed and sent, and acknowledgements read, without the GIL. Setup and recovery
+    are the Python pipeline's; a failure is raised at the next call after the native side saw it."""
+
+    writer = None
+
+    def start(self) -> None:
+        self._setup()
+        if getattr(self.conn, "_carry", b""):    # acks for packets not sent yet: not a datanode we know
+            raise _PipelineFailure(0, f"datanode {self.targets[0]['name']} sent more than the setup ack")
+        self.writer = core.PacketWriter(self.conn.sock.fileno(), self.client.bpc, self.client.checksum,
+                                        self.acked, f"datanode {self.targets[0]['name']}", WINDOW, ACK_TIMEOUT)
+        for _, _, header, _, data in list(self.unacked):
+            self.writer.send_packet(header["seq"], header["offset"], data, header["last"])
+        self.unacked.clear()
+        self._check()
+
+    def _check(self) -> None:
+        failure = self.writer.failure()
+        if failure is not None:
+            raise _PipelineFailure(int(failure[0]), failure[1])
+
+    def pending(self) -> list:
+        return self.writer.unacked() if self.writer is not None else list(self.unacked)
+
+    def send(self, header: dict, data: bytes) -> None:
+        self.writer.send_packet(header["seq"], header["offset"], data, header["last"])
+        self._check()
+
+    def send_many(self, seq: int, offset: int, data) -> None:
+        """Whole packets of ``packet_size`` bytes, none of them the block's last."""
+        self.writer.send_packets(seq, offset, data, self.client.packet_size)
+        self._check()
+
+    def drain(self) -> None:
+        if not self.writer.drain(ACK_TIMEOUT):
+            raise _PipelineFailure(0, "no acknowledgement within the timeout")
+        self._check()
+        self.acked = self.writer.acked
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.acked = self.writer.acked
+            self.writer.close()
+        if self.conn is not None:
+            self.conn.close()
+
+
+def pipeline_class(impl: str):
+    return _NativePipeline if impl == "native" else _Pipeline
+
+
 class DfsOutputStream:
     def __init__(self, client, path: str, replication: int, block_size: int):
         self.client, self.path = client, path
@@ -151,6 +214,17 @@ class DfsOutputStream:
         while off < len(view):
             if self.block is None:
                 self._new_block()
+            if self.fill == 0 and isinstance(self.pipeline, _NativePipeline):
+                # whole packets straight from the caller's buffer (never the block's last packet)
+                ps = self.client.packet_size
+                whole = min(len(view) - off, self.block_size - self.sent - 1) // ps * ps
+                if whole:
+                    seq, sent = self.seq, self.sent
+                    self.seq += whole // ps     # queued even if the pipeline fails: recovery resends them
+                    self.sent += whole
+                    self._guarded(lambda: self.pipeline.send_many(seq, sent, view[off:off + whole]))
+                    off += whole
+                    continue
             n = min(len(view) - off, self.client.packet_size - self.fill,
                     self.block_size - self.sent - self.fill)
             self.packet[self.fill:self.fill + n] = view[off:off + n]
@@ -192,7 +266,8 @@ class DfsOutputStream:
         reply = self.client.meta("add_block", path=self.path, writer=self.client.node,
                                  exclude=sorted({name for name, _ in self.failures}))
         self.block, self.sent = reply["block"], 0
-        self.pipeline = _Pipeline(self.client, self.block, reply["targets"], 0, self.block["gen"])
+        self.pipeline = pipeline_class(self.client.pipeline_impl)(self.client, self.block, reply["targets"], 0,
+                                                                  self.block["gen"])
         self._guarded(self.pipeline.start)
 
     def _flush_packet(self, last: bool) -> None:
@@ -240,9 +315,9 @@ class DfsOutputStream:
                 raise DfsWriteError(f"{self.path}: block {self.block['id']}: no datanode left in the "
                                     f"pipeline after failures ({tried}); the file is left unclosed")
             gen = self.client.meta("bump_gen", path=self.path, block=self.block["id"])["gen"]
-            with old.cond:
-                pending = list(old.unacked)
-            self.pipeline = _Pipeline(self.client, self.block, survivors, old.acked, gen, pending)
+            pending = old.pending()
+            self.pipeline = pipeline_class(self.client.pipeline_impl)(self.client, self.block, survivors,
+                                                                      old.acked, gen, pending)
             try:
                 self.pipeline.start()
                 return

@@ -15,12 +15,14 @@ from ...cluster.model import cross_host_reason
 from ...cluster.nodeprogram import await_ready
 from ...errors import ConfigError
 from ..transport import TRANSPORTS
+from . import checksums
 from .client import DEFAULT_BLOCK_SIZE, DfsClient
+from .native import resolve_impl
 
 
 class BlockStore:
     def __init__(self, launchers, cluster, *, transport: str = "tcp", dirs: dict | None = None,
-                 network: str = "eth", nodes=None):
+                 network: str = "eth", nodes=None, impl: str | dict | None = None):
         if transport not in TRANSPORTS:
             raise ConfigError(f"unknown transport {transport!r}; choose one of {sorted(TRANSPORTS)}",
                               "blockstore transport")
@@ -30,6 +32,10 @@ class BlockStore:
         reason = cross_host_reason(transport, self.nodes)
         if reason:   # datanodes pipeline to each other: every pair must be reachable
             raise ConfigError(f"{reason} (cluster {cluster.name!r})", "blockstore transport")
+        # who runs each datanode's packet pipeline: one impl for all, or a node name -> impl map
+        # (a mixed pipeline: native and Python stages interoperate)
+        impls = impl if isinstance(impl, dict) else {n.name: impl for n in self.nodes}
+        self.impls = {n.name: resolve_impl(impls.get(n.name), transport) for n in self.nodes}
         self.dirs = {n.name: Path(dirs[n.name]) if dirs else Path(n.workdir) / "dfs" for n in self.nodes}
         self.meta = None
         self.datanodes: dict[str, object] = {}
@@ -57,7 +63,7 @@ class BlockStore:
             sys.executable, "-m", "pytest_hpcnet.reference.dfs.datanode",
             "--dir", str(self.dirs[node.name] / "data"), "--name", node.name,
             "--transport", self.transport, "--meta", f"{host}:{port}",
-            "--host", node.address(self.network)])
+            "--host", node.address(self.network), "--impl", self.impls[node.name]])
         self.datanodes[node.name] = proc
         if wait:
             await_ready(proc, timeout=timeout)
@@ -66,9 +72,11 @@ class BlockStore:
     def kill_datanode(self, name: str) -> None:
         self.datanodes[name].kill()
 
-    def spec(self, *, replication: int = 3, block_size: int = DEFAULT_BLOCK_SIZE) -> dict:
+    def spec(self, *, replication: int = 3, block_size: int = DEFAULT_BLOCK_SIZE,
+             checksum: str = checksums.DEFAULT) -> dict:
         return {"kind": "blockstore", "meta": list(self.meta_address), "transport": self.transport,
-                "replication": replication, "block_size": block_size}
+                "replication": replication, "block_size": block_size, "checksum": checksum,
+                "impls": dict(self.impls)}
 
     def client(self, **options) -> DfsClient:
         return DfsClient(self.meta_address, self.transport, **options)
@@ -93,4 +101,5 @@ class BlockStore:
 
 def client_from_spec(spec: dict, node: str | None = None) -> DfsClient:
     return DfsClient(tuple(spec["meta"]), spec["transport"], replication=int(spec["replication"]),
-                     block_size=int(spec["block_size"]), node=node)
+                     block_size=int(spec["block_size"]), node=node,
+                     checksum=spec.get("checksum", checksums.DEFAULT))

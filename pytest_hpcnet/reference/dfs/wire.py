@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 import struct
-import zlib
-
-from .errors import ChecksumError, ProtocolError
+from . import checksums
+from .errors import ProtocolError
 
 BYTES_PER_CHECKSUM = 512          # HDFS dfs.bytes-per-checksum default
 PACKET_SIZE = 64 * 1024           # data bytes per packet (HDFS dfs.client-write-packet-size default)
@@ -61,24 +60,11 @@ def request(conn, header: dict, *payload, timeout: float | None = None) -> dict:
     return reply
 
 
-def chunk_crcs(data, bpc: int = BYTES_PER_CHECKSUM) -> bytes:
-    """Big-endian CRC-32 of every ``bpc``-byte chunk of ``data`` (the last chunk may be short)."""
-    view = memoryview(data).cast("B")
-    crc = zlib.crc32
-    return b"".join(crc(view[i:i + bpc]).to_bytes(4, "big") for i in range(0, len(view), bpc))
+def chunk_crcs(data, bpc: int = BYTES_PER_CHECKSUM, kind: str = checksums.DEFAULT) -> bytes:
+    """Big-endian CRC of every ``bpc``-byte chunk of ``data`` (the last chunk may be short)."""
+    return checksums.chunk_sums(data, bpc, kind)
 
 
-def verify_chunks(data, crcs, bpc: int, where: str, offset: int = 0) -> None:
+def verify_chunks(data, crcs, bpc: int, where: str, offset: int = 0, kind: str = checksums.DEFAULT) -> None:
     """Raise ChecksumError naming ``where`` and the byte offset of the first chunk that differs."""
-    view = memoryview(data).cast("B")
-    expected = memoryview(crcs).cast("B")
-    chunks = (len(view) + bpc - 1) // bpc
-    if len(expected) != 4 * chunks:
-        raise ChecksumError(f"{where}: {len(expected)} checksum bytes for {len(view)} data bytes "
-                            f"(expected {4 * chunks})")
-    actual = chunk_crcs(view, bpc)
-    if actual != expected:
-        for i in range(chunks):
-            if actual[4 * i:4 * i + 4] != expected[4 * i:4 * i + 4]:
-                raise ChecksumError(f"{where}: checksum mismatch in the chunk at byte "
-                                    f"{offset + i * bpc} (CRC-32 per {bpc} bytes)")
+    checksums.verify(data, crcs, bpc, where, offset, kind)

@@ -35,7 +35,9 @@ import numpy as np
 from ....errors import HpcnetError
 from ... import auth
 from ...serving import DEFAULT_LIMITS, Limits, Server
-from ...transport import RemoteRegion, TransportError, TransportTimeout, get_transport
+from ... import native
+from ...transport import RemoteRegion, TransportClosed, TransportError, TransportTimeout, get_transport
+from ...transport.base import LENGTH
 
 OK, ERROR, REGION = b"\x00", b"\x01", b"\x02"
 ONE_SIDED_TRANSPORTS = ("shm", "verbs")
@@ -143,8 +145,12 @@ def _open_nofollow(path: Path):
 class ShuffleServer:
     """Serves map output segments over one transport to authenticated reducers (``serving.Server``)."""
 
-    def __init__(self, transport: str, host: str, roots: dict[str, Path], limits: Limits = DEFAULT_LIMITS):
+    def __init__(self, transport: str, host: str, roots: dict[str, Path], limits: Limits = DEFAULT_LIMITS,
+                 impl: str | None = None):
         self.transport = transport
+        # native: tcp replies of whole segments go by sendfile (zero-copy); python: read, then send
+        impl = native.resolve_impl(impl, "shuffle server impl")
+        self.sendfile = impl == "native" and transport == "tcp"
         self.roots = {k: Path(v) for k, v in roots.items()}
         self._listener = get_transport(transport).listen(host, 0)
         self.address = tuple(self._listener.address)
@@ -182,11 +188,14 @@ class ShuffleServer:
                             self._regions.add(region)
                         read_segment(base, reduce, into=region.view[:length])
                         reply = [REGION, json.dumps({"region": asdict(region.remote()), "size": length}).encode()]
+                    elif self.sendfile:
+                        reply = self._sendfile(conn, base, reduce)
                     else:
                         reply = [OK, read_segment(base, reduce)]
                 except (ValueError, KeyError, TypeError, AttributeError, OSError, FetchError) as e:
                     reply = [ERROR, f"bad shuffle request: {e}".encode()]
-                conn.send(reply, timeout=60)
+                if reply is not None:
+                    conn.send(reply, timeout=60)
         except TransportError:
             return                    # the reducer went away (or sent an oversized frame)
         finally:
@@ -194,6 +203,27 @@ class ShuffleServer:
                 region.close()
                 self._regions.discard(region)
             conn.close()
+
+    @staticmethod
+    def _sendfile(conn, base: Path, reduce: int) -> None:
+        """Send segment ``reduce`` as an OK reply straight from the page cache (``sendfile``, native
+        core): the frame's length and status, then the file range. Checked before the first byte goes
+        out (a bad request gets an ERROR reply as on the Python path); a failure after it closes the
+        connection, since the reply can no longer be completed in step."""
+        path, start, length = segment_range(base, reduce)
+        if start < 0 or length < 0:
+            raise FetchError(f"{base}: index of segment {reduce} is corrupt")
+        with _open_nofollow(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < start + length:
+                raise FetchError(f"{base}: segment {reduce} is truncated ({max(0, size - start)} of {length} bytes)")
+            with conn._send_lock:
+                try:
+                    native.core.send_file(conn.sock.fileno(), f.fileno(), start, length,
+                                          LENGTH.pack(1 + length) + OK, 60.0)
+                except OSError as e:        # TimeoutError included
+                    raise TransportClosed(f"sending segment {reduce} to {conn.peer} failed: {e}") from None
+        return None
 
     def close(self) -> None:
         """Stop accepting and release every region (the serving threads are daemons: at process exit

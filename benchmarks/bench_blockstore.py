@@ -1,0 +1,210 @@
+"""The block store's write path against its floors, side by side in one run (issue 17's goals):
+
+- checksums: CRC32C per 512-byte chunk in the native core (SSE4.2) in GB/s (goal >= 2 GB/s), beside
+  CRC32 native, the Python pipeline's checksum loop (zlib.crc32 per chunk) and a memory copy;
+- replication 1, one node: the native tcp pipeline vs ``dd`` to the same directory with the same fsync
+  policy (goal >= 0.8x), and the Python pipeline beside it; also per CPU second (client and datanodes
+  against dd's own user + system time), the figure a loaded box does not dilute;
+- replication 3 on local:4 vs replication 1 (goal >= 0.5x).
+
+The datanodes make a replica final with a rename and no fsync (page cache, as the Python datanode
+always has), so ``dd`` runs without ``conv=fsync``; ``--fsync`` would need both. Each round writes one
+file of ``--size-mb`` MiB from a client on node0 in ``write()``s of 1,000,000 bytes (TestDFSIO's
+buffer), timed from create to close (close waits for every ack); the rounds interleave the writers.
+MB = 2^20 bytes. Directly:
+
+    python benchmarks/bench_blockstore.py [--size-mb 256] [--rounds 3] [--dir DIR]
+
+asv: ``BlockStoreWrite.track_*`` (the ratios, one run each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+from pytest_hpcnet.cluster import local_cluster
+from pytest_hpcnet.cluster.pool import Launchers
+from pytest_hpcnet.reference import native
+from pytest_hpcnet.reference.dfs import checksums
+from pytest_hpcnet.reference.dfs.store import BlockStore
+from pytest_hpcnet.workloads.dfsio.pipeline_cost import datanode_cpu_s
+
+BUFFER = 1_000_000
+BLOCK = 128 << 20
+
+
+def checksum_gb_s(seconds: float = 0.5, size: int = 64 << 20) -> dict[str, tuple[float, float]]:
+    """(wall-clock GB/s, CPU-time GB/s) (10^9 bytes) of each checksum computation over ``size`` bytes in
+    512-byte chunks. The CPU-time rate is bytes over this thread's CPU seconds: what the code does per
+    second of a core, which a loaded box does not dilute the way it dilutes the wall-clock rate."""
+    data = os.urandom(size)
+    small = data[:4 << 20]
+    out = {}
+
+    def rate(fn, buf):
+        n, start, cpu = 0, time.perf_counter(), time.thread_time()
+        while True:
+            fn(buf)
+            n += 1
+            took = time.perf_counter() - start
+            if took >= seconds:
+                return n * len(buf) / took / 1e9, n * len(buf) / max(time.thread_time() - cpu, 1e-9) / 1e9
+
+    if native.AVAILABLE:
+        out["crc32c_native"] = rate(lambda b: native.core.chunk_sums(b, 512, "crc32c"), data)
+        out["crc32_native"] = rate(lambda b: native.core.chunk_sums(b, 512, "crc32"), data)
+    crc = zlib.crc32
+    out["crc32_python_loop"] = rate(
+        lambda b: b"".join(crc(b[i:i + 512]).to_bytes(4, "big") for i in range(0, len(b), 512)),
+        memoryview(small))
+    out["memcpy"] = rate(lambda b: bytearray(b), data)
+    return out
+
+
+def dd_mb_s(directory: Path, size_mb: int, fsync: bool) -> tuple[float, float]:
+    """(MiB/s, CPU ms per MiB) of ``dd`` writing ``size_mb`` MiB of zeros into ``directory``."""
+    target = directory / "dd.out"
+    args = ["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={size_mb}"] + (["conv=fsync"] if fsync else [])
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(args, capture_output=True, check=True)
+    took = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    target.unlink()
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return size_mb / took, cpu * 1000 / size_mb
+
+
+def store_mb_s(store: BlockStore, size_mb: int, replication: int, path: str, impl: str) -> tuple[float, float]:
+    """(MiB/s, CPU ms per MiB of client and datanodes) of one file written through ``impl``'s pipeline
+    end to end (client and datanodes)."""
+    data = memoryview(os.urandom(BUFFER))
+    total = size_mb << 20
+    with store.client(replication=replication, block_size=BLOCK, node="node0", impl=impl) as client:
+        dn_before, cpu_before = datanode_cpu_s(client), time.process_time()
+        start = time.perf_counter()
+        with client.create(path) as out:
+            left = total
+            while left:
+                n = min(left, BUFFER)
+                out.write(data[:n])
+                left -= n
+        took = time.perf_counter() - start
+        cpu = time.process_time() - cpu_before
+        dn_after = datanode_cpu_s(client)
+        cpu += sum(dn_after[n] - dn_before.get(n, 0.0) for n in dn_after)
+        client.delete(path)
+    return size_mb / took, cpu * 1000 / size_mb
+
+
+def compare(size_mb: int, rounds: int, directory: Path | None) -> dict:
+    root = Path(tempfile.mkdtemp(prefix="hpcnet-bench-blockstore-", dir=directory))
+    cluster = local_cluster(4, root)
+    samples: dict[str, list[float]] = {}
+    impls = ["native", "python"] if native.AVAILABLE else ["python"]
+    stores = {}
+    try:
+        with Launchers(cluster, root / "logs") as launchers:
+            for impl in impls:
+                stores[impl] = BlockStore(launchers, cluster, transport="tcp", impl=impl,
+                                          dirs={n.name: root / impl / n.name for n in cluster.nodes}).start()
+            writers = {"dd": lambda: dd_mb_s(root, size_mb, fsync=False)}
+            for impl in impls:
+                writers[f"{impl}_r1"] = lambda s=stores[impl], i=impl: store_mb_s(s, size_mb, 1, "/bench/r1", i)
+                writers[f"{impl}_r3"] = lambda s=stores[impl], i=impl: store_mb_s(s, size_mb, 3, "/bench/r3", i)
+            names = list(writers)
+            cpu: dict[str, list[float]] = {}
+            for r in range(rounds):
+                order = names if r % 2 == 0 else names[::-1]
+                for name in order:
+                    rate, cpu_ms = writers[name]()
+                    samples.setdefault(name, []).append(rate)
+                    cpu.setdefault(name, []).append(cpu_ms)
+    finally:
+        for s in stores.values():
+            s.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    ratios = {}
+    for impl in impls:
+        ratios[f"{impl}_r1/dd"] = statistics.median(a / b for a, b in zip(samples[f"{impl}_r1"], samples["dd"]))
+        ratios[f"{impl}_r3/{impl}_r1"] = statistics.median(
+            a / b for a, b in zip(samples[f"{impl}_r3"], samples[f"{impl}_r1"]))
+    for impl in impls:   # MiB per CPU second relative to dd's: what a loaded box does not dilute
+        ratios[f"{impl}_r1/dd per CPU second"] = statistics.median(
+            d / c for d, c in zip(cpu["dd"], cpu[f"{impl}_r1"]))
+    if len(impls) == 2:
+        ratios["native_r1/python_r1"] = statistics.median(
+            a / b for a, b in zip(samples["native_r1"], samples["python_r1"]))
+    return {"mb_s": med, "ratios": ratios, "samples": samples,
+            "cpu_ms_per_mb": {k: statistics.median(v) for k, v in cpu.items()}}
+
+
+class BlockStoreWrite:
+    """asv: the goals' ratios (higher is better), one small run each."""
+
+    timeout = 600
+
+    def setup_cache(self):
+        return {"checksums": checksum_gb_s(0.2), **compare(16, 1, None)}
+
+    def track_crc32c_native_gb_s(self, cache):
+        return cache["checksums"].get("crc32c_native", (float("nan"),))[0]
+
+    track_crc32c_native_gb_s.unit = "GB/s"
+
+    def track_native_r1_vs_dd(self, cache):
+        return cache["ratios"].get("native_r1/dd", float("nan"))
+
+    def track_native_r3_vs_r1(self, cache):
+        return cache["ratios"].get("native_r3/native_r1", float("nan"))
+
+    def track_native_vs_python_r1(self, cache):
+        return cache["ratios"].get("native_r1/python_r1", float("nan"))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--size-mb", type=int, default=256)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--dir", type=Path, default=None, help="where the datanodes and dd write (default: $TMPDIR)")
+    p.add_argument("--skip-store", action="store_true", help="checksums only")
+    args = p.parse_args(argv)
+    sums = checksum_gb_s()
+    print("checksums in 512-byte chunks, GB/s (10^9 B/s): wall clock, and per CPU second of this thread:")
+    for k, (wall, cpu) in sums.items():
+        print(f"  {k:20s} {wall:8.2f} {cpu:8.2f}")
+    if "crc32c_native" in sums:
+        wall, cpu = sums["crc32c_native"]
+        print(f"  CRC32C native: {wall:.2f} GB/s wall, {cpu:.2f} GB/s per CPU second (goal >= 2 GB/s: "
+              f"{'met' if wall >= 2 else 'met per CPU second' if cpu >= 2 else 'NOT met'}); "
+              f"{cpu / sums['crc32_python_loop'][1]:.0f}x the Python pipeline's CRC32 loop per CPU second")
+    if args.skip_store:
+        return 0
+    result = compare(args.size_mb, args.rounds, args.dir)
+    print(f"\nwrites of {args.size_mb} MiB, {args.rounds} interleaved rounds, MiB/s (median):")
+    for k, v in result["mb_s"].items():
+        print(f"  {k:12s} {v:8.1f}   rounds: {' '.join(f'{x:.0f}' for x in result['samples'][k])}")
+    print("CPU ms per MiB (median; dd: its own user+system time; the stores: client + every datanode):")
+    for k, v in result["cpu_ms_per_mb"].items():
+        print(f"  {k:12s} {v:8.2f}")
+    print("ratios (median of per-round ratios):")
+    goals = {"native_r1/dd": 0.8, "native_r3/native_r1": 0.5}
+    for k, v in result["ratios"].items():
+        goal = f"  (goal >= {goals[k]}: {'met' if v >= goals[k] else 'NOT met'})" if k in goals else ""
+        print(f"  {k:30s} {v:6.2f}{goal}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

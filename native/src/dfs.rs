@@ -1,0 +1,320 @@
+//! The block store's datanode packet pipeline in native code (issue 17), and the per-chunk checksum
+//! functions, as Python sees them (`pytest_hpcnet/reference/dfs/native.py` wraps them).
+//!
+//! The Python datanode keeps what happens once per block: the credentials handshake, the write
+//! request and its checks, connecting the next datanode, opening the replica files, and making the
+//! replica final. It then hands the descriptors to a `BlockStream`, which runs the per-packet work
+//! with the GIL released: `receive()` (this thread) reads, forwards, verifies and writes packets
+//! (`dfs_wire::receive_packets`); a responder thread relays the downstream's acknowledgements
+//! upstream. The wire format is the Python datanode's, so native and Python stages mix in one pipeline.
+
+use std::fs::File;
+use std::io::{BufReader, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::{FromRawFd, RawFd};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::checksum::{self, Kind, Mismatch};
+use crate::dfs_wire::{self, Ack, End, Stage};
+
+/// Read buffers: the upstream's packets, and the downstream's acknowledgements.
+const RECV_BUFFER: usize = 256 * 1024;
+const ACK_BUFFER: usize = 16 * 1024;
+
+fn kind(name: &str) -> PyResult<Kind> {
+    Kind::parse(name).ok_or_else(|| PyValueError::new_err(format!(
+        "unknown checksum type {name:?}; choose crc32c or crc32")))
+}
+
+/// The bytes of a contiguous buffer (bytes, bytearray, memoryview) without a copy. The buffer stays
+/// exported (so alive and unresized) while `buf` lives.
+pub(crate) fn contiguous<'a>(buf: &'a PyBuffer<u8>, what: &str) -> PyResult<&'a [u8]> {
+    if !buf.is_c_contiguous() {
+        return Err(PyValueError::new_err(format!("{what} must be a contiguous buffer")));
+    }
+    // SAFETY: a C-contiguous buffer of item size 1 (PyBuffer<u8> checked the format) of len_bytes().
+    Ok(unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) })
+}
+
+fn check_bpc(bpc: usize) -> PyResult<usize> {
+    if bpc == 0 {
+        return Err(PyValueError::new_err("bytes per checksum must be positive"));
+    }
+    Ok(bpc)
+}
+
+/// The checksums (4 bytes each, big-endian) of every `bpc`-byte chunk of `data`.
+#[pyfunction]
+#[pyo3(signature = (data, bpc=512, checksum="crc32c"))]
+fn chunk_sums<'py>(py: Python<'py>, data: PyBuffer<u8>, bpc: usize, checksum: &str) -> PyResult<Bound<'py, PyBytes>> {
+    let (k, bpc) = (kind(checksum)?, check_bpc(bpc)?);
+    let data = contiguous(&data, "data")?;
+    let mut out = Vec::new();
+    py.allow_threads(|| checksum::sums_into(k, data, bpc, &mut out));
+    Ok(PyBytes::new(py, &out))
+}
+
+/// Verifies `data` against `sums`: None when every chunk matches, else the index of the first
+/// chunk that differs; ValueError when the number of checksums does not fit the data.
+#[pyfunction]
+#[pyo3(signature = (data, sums, bpc=512, checksum="crc32c"))]
+fn first_bad_chunk(py: Python<'_>, data: PyBuffer<u8>, sums: PyBuffer<u8>, bpc: usize, checksum: &str)
+                   -> PyResult<Option<usize>> {
+    let (k, bpc) = (kind(checksum)?, check_bpc(bpc)?);
+    let (data, sums) = (contiguous(&data, "data")?, contiguous(&sums, "checksums")?);
+    match py.allow_threads(|| checksum::verify(k, data, sums, bpc)) {
+        Ok(()) => Ok(None),
+        Err(Mismatch::Chunk(i)) => Ok(Some(i)),
+        Err(Mismatch::Count { have, want }) => Err(PyValueError::new_err(format!(
+            "{have} checksum bytes for {} data bytes (expected {want})", data.len()))),
+    }
+}
+
+fn dup(fd: RawFd, what: &str) -> PyResult<RawFd> {
+    // SAFETY: dup of a descriptor the caller owns; the copy is ours and closed by its File/TcpStream.
+    let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if copy < 0 {
+        return Err(PyOSError::new_err(format!("{what}: {}", std::io::Error::last_os_error())));
+    }
+    Ok(copy)
+}
+
+struct Streams {
+    up: TcpStream,
+    down: Option<TcpStream>,
+    data: File,
+    meta: File,
+}
+
+/// One block's packet stream at one datanode (see the module comment).
+#[pyclass(frozen, name = "BlockStream", module = "pytest_hpcnet_native._native")]
+struct PyBlockStream {
+    streams: Mutex<Option<Streams>>,
+    acks: Mutex<Option<Sender<Ack>>>,
+    responder: Mutex<Option<JoinHandle<()>>>,
+    down_shutdown: Mutex<Option<TcpStream>>,
+    kind: Kind,
+    bpc: usize,
+    index: u64,
+    offset: u64,
+    label: String,
+    prefix: Vec<u8>,
+}
+
+#[pymethods]
+impl PyBlockStream {
+    /// `up`/`down` are connected tcp sockets (down = -1: the tail), `data`/`meta` the replica's files
+    /// positioned where the packets go; each is duplicated, the caller keeps and closes its own.
+    /// `prefix`: bytes of the upstream that the caller's connection already read past its last
+    /// message (a peer that did not wait for the setup ack); they come first.
+    #[new]
+    #[pyo3(signature = (up, down, data, meta, bpc, checksum, index, offset, label, packet_timeout=60.0,
+                        prefix=b"".as_slice()))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(up: RawFd, down: RawFd, data: RawFd, meta: RawFd, bpc: usize, checksum: &str, index: u64,
+           offset: u64, label: String, packet_timeout: f64, prefix: &[u8]) -> PyResult<Self> {
+        let (k, bpc) = (kind(checksum)?, check_bpc(bpc)?);
+        let timeout = Duration::try_from_secs_f64(packet_timeout)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| PyValueError::new_err(format!("bad packet timeout {packet_timeout}")))?;
+        // SAFETY: each fd is a fresh duplicate owned by the object it is given to.
+        let up_stream = unsafe { TcpStream::from_raw_fd(dup(up, "upstream socket")?) };
+        let down_stream = if down >= 0 { Some(unsafe { TcpStream::from_raw_fd(dup(down, "downstream socket")?) }) } else { None };
+        let data = unsafe { File::from_raw_fd(dup(data, "replica data file")?) };
+        let meta = unsafe { File::from_raw_fd(dup(meta, "replica meta file")?) };
+        let io = |e: std::io::Error| PyOSError::new_err(format!("{label}: {e}"));
+        for s in std::iter::once(&up_stream).chain(down_stream.iter()) {
+            s.set_read_timeout(Some(timeout)).map_err(io)?;
+            s.set_write_timeout(Some(timeout)).map_err(io)?;
+            s.set_nodelay(true).map_err(io)?;
+        }
+        let down_shutdown = match &down_stream {
+            Some(d) => Some(d.try_clone().map_err(io)?),
+            None => None,
+        };
+        Ok(PyBlockStream {
+            streams: Mutex::new(Some(Streams { up: up_stream, down: down_stream, data, meta })),
+            acks: Mutex::new(None),
+            responder: Mutex::new(None),
+            down_shutdown: Mutex::new(down_shutdown),
+            kind: k, bpc, index, offset, label, prefix: prefix.to_vec(),
+        })
+    }
+
+    /// Receive packets until the last one or an error, the GIL released. Returns
+    /// (end, replica length, last seq or -1, message): end is "last" (the last packet is written;
+    /// make the replica final, then call `finish(True)`), "checksum" (drop the replica), "downstream",
+    /// "upstream" or "disk". Call once.
+    fn receive(&self, py: Python<'_>) -> PyResult<(&'static str, u64, i64, String)> {
+        let Streams { mut up, down, mut data, mut meta } = self.streams.lock().unwrap().take()
+            .ok_or_else(|| PyValueError::new_err("receive() was called already"))?;
+        let up_writer = up.try_clone().map_err(|e| PyOSError::new_err(format!("{}: {e}", self.label)))?;
+        let (tx, rx) = channel();
+        let (mut down_writer, down_reader) = match down {
+            Some(d) => {
+                let r = d.try_clone().map_err(|e| PyOSError::new_err(format!("{}: {e}", self.label)))?;
+                (Some(d), Some(r))
+            }
+            None => (None, None),
+        };
+        let (label, next) = (self.label.clone(), self.index + 1);
+        let handle = std::thread::Builder::new()
+            .name("dfs-responder".into())
+            .spawn(move || respond(rx, up_writer, down_reader, next, &label))
+            .map_err(|e| PyOSError::new_err(format!("{}: cannot start the responder: {e}", self.label)))?;
+        *self.responder.lock().unwrap() = Some(handle);
+        *self.acks.lock().unwrap() = Some(tx.clone());
+        let stage = Stage { kind: self.kind, bpc: self.bpc, index: self.index, offset: self.offset, label: &self.label };
+        let (end, length) = py.allow_threads(|| {
+            let mut buf = Vec::new();
+            let mut send = |a: Ack| {
+                let _ = tx.send(a);
+            };
+            let mut data_w = BufWriteThrough(&mut data);
+            let mut meta_w = BufWriteThrough(&mut meta);
+            // buffered: a read() system call takes several packets' bytes (or acks) at once
+            let mut reader = BufReader::with_capacity(RECV_BUFFER, std::io::Read::chain(self.prefix.as_slice(), &mut up));
+            dfs_wire::receive_packets(&stage, &mut reader, down_writer.as_mut(), &mut data_w, &mut meta_w,
+                                      &mut send, &mut buf)
+        });
+        Ok(match end {
+            End::Last { seq } => ("last", length, seq, String::new()),
+            End::Checksum(m) => ("checksum", length, -1, m),
+            End::Downstream(m) => ("downstream", length, -1, m),
+            End::Upstream(m) => ("upstream", length, -1, m),
+            End::Disk(m) => ("disk", length, -1, m),
+        })
+    }
+
+    /// After `receive()`: with `last_seq`, queue the last packet's acknowledgement (the replica is
+    /// final) and wait for the responder to send it; without, let the responder send what is queued
+    /// (an error ack waits for the acks before it) and stop; `abort` also cuts the downstream, so a
+    /// responder waiting for the next node's ack stops at once. Then every descriptor this object
+    /// holds is closed.
+    #[pyo3(signature = (last_seq=None, timeout=60.0, abort=false))]
+    fn finish(&self, py: Python<'_>, last_seq: Option<i64>, timeout: f64, abort: bool) {
+        let tx = self.acks.lock().unwrap().take();
+        if let Some(tx) = tx {
+            let _ = tx.send(match last_seq {
+                Some(seq) => Ack::Ok { seq, last: true },
+                None => Ack::Stop,
+            });
+        }
+        if abort {
+            if let Some(d) = self.down_shutdown.lock().unwrap().as_ref() {
+                let _ = d.shutdown(Shutdown::Both);   // a responder waiting on the next node's ack wakes
+            }
+        }
+        let handle = self.responder.lock().unwrap().take();
+        if let Some(h) = handle {
+            let deadline = std::time::Instant::now() + Duration::from_secs_f64(timeout.max(0.0));
+            py.allow_threads(|| {
+                while !h.is_finished() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                if h.is_finished() {
+                    let _ = h.join();
+                }
+            });
+        }
+        self.down_shutdown.lock().unwrap().take();
+        self.streams.lock().unwrap().take();
+    }
+}
+
+/// `write_all` straight to the file (no user-space buffer: a packet is in the OS when it is acked,
+/// as the Python BlockWriter promises).
+struct BufWriteThrough<'a>(&'a mut File);
+
+impl Write for BufWriteThrough<'_> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.write(b)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The responder: for each packet written here, wait for the next node's acknowledgement of it
+/// (if there is a next node), then acknowledge it upstream. Errors go up as error acks, once.
+/// Acknowledgements that are ready together go up in one write; they are written before the
+/// responder waits for anything (the next ack from downstream, or the receiver).
+fn respond(rx: Receiver<Ack>, mut up: TcpStream, down: Option<TcpStream>, next: u64, label: &str) {
+    let mut buf = Vec::new();
+    let mut down = down.map(|d| BufReader::with_capacity(ACK_BUFFER, d));
+    let mut out: Vec<u8> = Vec::new();
+    let flush = |out: &mut Vec<u8>, up: &mut TcpStream| -> bool {
+        let ok = out.is_empty() || up.write_all(out).is_ok();
+        out.clear();
+        ok
+    };
+    loop {
+        let ack = match rx.try_recv() {
+            Ok(a) => a,
+            Err(_) => {
+                if !flush(&mut out, &mut up) {
+                    break;
+                }
+                match rx.recv() {
+                    Ok(a) => a,
+                    Err(_) => break,
+                }
+            }
+        };
+        match ack {
+            Ack::Stop => break,
+            Ack::Error { bad, reason } => {
+                out.extend_from_slice(&dfs_wire::error_ack(bad, &reason));
+                break;
+            }
+            Ack::Ok { seq, last } => {
+                let relayed = match down.as_mut() {
+                    None => Ok(()),
+                    Some(d) => {
+                        if d.buffer().is_empty() && !flush(&mut out, &mut up) {
+                            break;
+                        }
+                        match dfs_wire::read_frame(d, &mut buf, dfs_wire::MAX_ACK) {
+                            Ok(n) => dfs_wire::check_ack(&buf[4..4 + n], seq, next, label),
+                            Err(e) => Err(dfs_wire::error_ack(next, &format!(
+                                "{label} got no ack from the next datanode: {}", e.describe()))),
+                        }
+                    }
+                };
+                match relayed {
+                    Ok(()) => {
+                        out.extend_from_slice(&dfs_wire::ok_ack(seq));
+                        if last {
+                            break;
+                        }
+                    }
+                    Err(frame) => {
+                        out.extend_from_slice(&frame);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    flush(&mut out, &mut up);
+    if let Some(d) = down.as_ref() {
+        let _ = d.get_ref().shutdown(Shutdown::Both);
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(chunk_sums, m)?)?;
+    m.add_function(wrap_pyfunction!(first_bad_chunk, m)?)?;
+    m.add_class::<PyBlockStream>()?;
+    m.add_class::<crate::dfs_writer::PyPacketWriter>()?;
+    Ok(())
+}

@@ -1,0 +1,74 @@
+//! Zero-copy serving of a file range over a tcp socket (`sendfile(2)`): the shuffle server's map
+//! output segments go from the page cache to the socket without passing through user space
+//! (`pytest_hpcnet/reference/mapreduce/engine/shuffle.py`, tcp without one-sided reads).
+
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+use pyo3::exceptions::{PyOSError, PyTimeoutError, PyValueError};
+use pyo3::prelude::*;
+
+fn would_block(e: &std::io::Error) -> bool {
+    matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted)
+}
+
+fn send_all(sock: RawFd, mut data: &[u8], deadline: Instant) -> Result<(), String> {
+    while !data.is_empty() {
+        // SAFETY: a valid slice; the caller owns the descriptor for the duration of the call.
+        let n = unsafe { libc::send(sock, data.as_ptr().cast(), data.len(), libc::MSG_NOSIGNAL) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if would_block(&e) && Instant::now() < deadline {
+                continue;          // a socket with SO_SNDTIMEO: blocked for a slice, try again
+            }
+            return Err(if would_block(&e) { "timed out".into() } else { e.to_string() });
+        }
+        data = &data[n as usize..];
+    }
+    Ok(())
+}
+
+/// Send `header`, then `length` bytes of `file` from `offset`, on the connected socket `sock`, the
+/// GIL released. Returns the bytes of the file sent (all of them, or an error: OSError when the file
+/// is shorter than promised or the peer went away, TimeoutError past `timeout` seconds).
+#[pyfunction]
+#[pyo3(signature = (sock, file, offset, length, header=b"".as_slice(), timeout=60.0))]
+fn send_file(py: Python<'_>, sock: RawFd, file: RawFd, offset: u64, length: u64, header: &[u8], timeout: f64)
+             -> PyResult<u64> {
+    let limit = Duration::try_from_secs_f64(timeout)
+        .map_err(|_| PyValueError::new_err(format!("bad timeout {timeout}")))?;
+    let offset = libc::off_t::try_from(offset).map_err(|_| PyValueError::new_err("offset out of range"))?;
+    let header = header.to_vec();
+    let result = py.allow_threads(move || -> Result<u64, (bool, String)> {
+        let deadline = Instant::now() + limit;
+        send_all(sock, &header, deadline).map_err(|e| (e == "timed out", e))?;
+        let mut off = offset;
+        let mut left = length;
+        while left > 0 {
+            let chunk = left.min(1 << 30) as usize;
+            // SAFETY: descriptors owned by the caller for the call; `off` is ours.
+            let n = unsafe { libc::sendfile(sock, file, &mut off, chunk) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if would_block(&e) && Instant::now() < deadline {
+                    continue;
+                }
+                return Err((would_block(&e), if would_block(&e) { "timed out".into() } else { e.to_string() }));
+            }
+            if n == 0 {
+                return Err((false, format!("the file ended {left} bytes short of the range")));
+            }
+            left -= n as u64;
+        }
+        Ok(length)
+    });
+    result.map_err(|(timeout, msg)| if timeout {
+        PyTimeoutError::new_err(format!("sendfile: {msg}"))
+    } else {
+        PyOSError::new_err(format!("sendfile: {msg}"))
+    })
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(send_file, m)?)
+}

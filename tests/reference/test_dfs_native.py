@@ -1,0 +1,235 @@
+"""The datanode packet pipeline in the native core against the Python one: the checksums agree, the
+two interoperate in one pipeline both ways, a corrupt chunk is caught and reported in one line, and
+hostile packets after a valid write request do not take a datanode down."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import time
+import zlib
+
+import pytest
+
+from pytest_hpcnet.cluster import local_cluster
+from pytest_hpcnet.cluster.pool import Launchers
+from pytest_hpcnet.errors import ConfigError
+from pytest_hpcnet.reference import auth, native
+from pytest_hpcnet.reference.dfs import checksums
+from pytest_hpcnet.reference.dfs.errors import ChecksumError
+from pytest_hpcnet.reference.dfs.native import resolve_impl
+from pytest_hpcnet.reference.dfs.store import BlockStore
+from pytest_hpcnet.reference.dfs.wire import decode, encode
+from pytest_hpcnet.reference.transport import get_transport
+
+needs_native = pytest.mark.skipif(not native.AVAILABLE, reason=native.WHY_NOT)
+KB = 1024
+BLOCK = 256 * KB
+
+
+# -- checksums -------------------------------------------------------------------------------------
+
+def test_crc32c_reference_check_value_and_known_vectors():
+    assert checksums.crc32c(b"123456789") == 0xE3069283
+    assert checksums.crc32c(bytes(32)) == 0x8A9136AA           # RFC 3720 B.4: 32 bytes of zeros
+    assert checksums.crc32c(b"\xff" * 32) == 0x62A8AB43        # ... and of ones
+
+
+@needs_native
+@pytest.mark.parametrize("kind", checksums.KINDS)
+@pytest.mark.parametrize("size", [0, 1, 511, 512, 513, 4096, 65536 + 7])
+def test_native_and_python_checksums_agree(kind, size):
+    data = os.urandom(size)
+    native_sums = checksums.chunk_sums(memoryview(bytearray(data)), 512, kind)
+    assert native_sums == checksums.chunk_sums(data, 512, kind, impl="python")
+    assert len(native_sums) == 4 * -(-size // 512)
+    if kind == "crc32" and size:
+        assert native_sums[:4] == zlib.crc32(data[:512]).to_bytes(4, "big")
+
+
+@pytest.mark.parametrize("impl", [None, "python"])
+def test_verify_names_the_first_bad_chunk_in_one_line(impl):
+    if impl is None and not native.AVAILABLE:
+        pytest.skip(native.WHY_NOT)
+    data = bytearray(os.urandom(2000))
+    sums = checksums.chunk_sums(data, 512, "crc32c", impl=impl)
+    checksums.verify(data, sums, 512, "block 9", 1024, "crc32c", impl=impl)
+    data[1500] ^= 1
+    with pytest.raises(ChecksumError) as e:
+        checksums.verify(data, sums, 512, "block 9", 1024, "crc32c", impl=impl)
+    assert str(e.value) == "block 9: checksum mismatch in the chunk at byte 2048 (CRC32C per 512 bytes)"
+    with pytest.raises(ChecksumError, match="12 checksum bytes for 2000 data bytes"):
+        checksums.verify(data, sums[:12], 512, "block 9", 0, "crc32c", impl=impl)
+    with pytest.raises(ChecksumError):                         # CRC32 sums are not CRC32C sums
+        checksums.verify(bytes(data), checksums.chunk_sums(bytes(data), 512, "crc32", impl=impl), 512,
+                         "b", 0, "crc32c", impl=impl)
+
+
+def test_impl_choice_is_checked():
+    assert resolve_impl("python", "tcp") == "python"
+    assert resolve_impl(None, "shm") == "python"
+    with pytest.raises(ConfigError, match="unknown implementation"):
+        resolve_impl("fortran", "tcp")
+    if native.AVAILABLE:
+        assert resolve_impl(None, "tcp") == "native"
+        with pytest.raises(ConfigError, match="speaks tcp, not shm"):
+            resolve_impl("native", "shm")
+
+
+# -- datanodes as processes --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    return local_cluster(2, tmp_path_factory.mktemp("dfs-native-cluster"))
+
+
+@pytest.fixture(scope="module")
+def launchers(cluster, tmp_path_factory):
+    with Launchers(cluster, tmp_path_factory.mktemp("dfs-native-logs")) as ls:
+        yield ls
+
+
+PIPELINES = {"native-native": ("native", "native"), "native-python": ("native", "python"),
+             "python-native": ("python", "native"), "python-python": ("python", "python")}
+
+
+@pytest.fixture(scope="module", params=list(PIPELINES))
+def store(request, launchers, cluster, tmp_path_factory):
+    """Two datanodes, head (node0) and tail (node1) of every pipeline a writer on node0 starts."""
+    head, tail = PIPELINES[request.param]
+    if "native" in (head, tail) and not native.AVAILABLE:
+        pytest.skip(native.WHY_NOT)
+    root = tmp_path_factory.mktemp(f"dfs-{request.param}")
+    with BlockStore(launchers, cluster, transport="tcp", impl={"node0": head, "node1": tail},
+                    dirs={n.name: root / n.name for n in cluster.nodes}).start() as st:
+        yield st
+
+
+@pytest.mark.parametrize("writer", ["native", "python"])
+@pytest.mark.parametrize("kind", checksums.KINDS)
+def test_native_and_python_stages_interoperate(store, kind, writer):
+    """Every writer (the client's pipeline end) with every head and tail, both checksum types."""
+    if writer == "native" and not native.AVAILABLE:
+        pytest.skip(native.WHY_NOT)
+    data = os.urandom(2 * BLOCK + 5000)
+    with store.client(replication=2, block_size=BLOCK, packet_size=16 * KB, node="node0",
+                      checksum=kind, impl=writer) as c:
+        with c.create(f"/x/{kind}") as out:
+            for i in range(0, len(data), 70_000):   # pieces across packet and block boundaries
+                out.write(data[i:i + 70_000])
+            out.write(data[:0])
+        info = c.meta("get", path=f"/x/{kind}")
+        assert [loc["name"] for loc in info["blocks"][0]["locations"]] == ["node0", "node1"]
+        assert c.open(f"/x/{kind}").read() == data
+        assert [b["length"] for b in info["blocks"]] == [BLOCK, BLOCK, 5000]
+        for loc in info["blocks"][0]["locations"]:        # each replica read alone, verified
+            assert c.read_block(loc, info["blocks"][0], 0, BLOCK) == data[:BLOCK]
+        with c.create(f"/x/{kind}-exact") as out:         # one write of exactly two blocks
+            out.write(data[:2 * BLOCK])
+        assert c.open(f"/x/{kind}-exact").read() == data[:2 * BLOCK]
+        assert [b["length"] for b in c.meta("get", path=f"/x/{kind}-exact")["blocks"]] == [BLOCK, BLOCK]
+    magic = {"crc32c": b"HPCC", "crc32": b"HPCB"}[kind]
+    block = info["blocks"][-1]["id"]
+    for name in ("node0", "node1"):
+        meta = (store.dirs[name] / "data" / f"blk_{block}.meta").read_bytes()
+        assert meta[:4] == magic and len(meta) == 16 + 4 * -(-5000 // 512)
+
+
+def _setup(address, block: int, kind: str = "crc32c"):
+    conn = auth.connect(get_transport("tcp"), address, timeout=10)
+    conn.send(encode({"op": "write_block", "block": block, "gen": 1, "offset": 0, "bpc": 512, "index": 0,
+                      "targets": [], "checksum": kind}), timeout=10)
+    ack = _recv(conn)
+    assert ack == {"op": "ack", "seq": -1, "status": "ok"}, ack
+    return conn
+
+
+def _recv(conn, timeout=10.0) -> dict:
+    msg = conn.recv(timeout=timeout)
+    try:
+        return decode(msg.view)[0]
+    finally:
+        msg.release()
+
+
+def _packet(seq, offset, data, last, kind="crc32c", sums=None):
+    sums = checksums.chunk_sums(data, 512, kind) if sums is None else sums
+    return encode({"op": "packet", "seq": seq, "offset": offset, "len": len(data), "last": last}, sums, data)
+
+
+def _address(store, name="node0"):
+    with store.client() as c:
+        return tuple(c.meta("datanodes")["datanodes"][name])
+
+
+def _alive_and_serving(store):
+    assert all(p.poll() is None for p in store.datanodes.values())
+    data = os.urandom(40_000)
+    with store.client(replication=2, block_size=BLOCK, node="node0") as c:
+        with c.create("/alive") as out:
+            out.write(data)
+        assert c.open("/alive").read() == data
+
+
+def test_a_corrupt_chunk_is_detected_and_reported_in_one_line(store):
+    address = _address(store)
+    conn = _setup(address, 770001)
+    good = os.urandom(1024)
+    conn.send(_packet(0, 0, good, False))
+    assert _recv(conn) == {"op": "ack", "seq": 0, "status": "ok"}
+    bad = bytearray(os.urandom(2048))
+    sums = checksums.chunk_sums(bad, 512)
+    bad[1300] ^= 0x10                                    # in the chunk at byte 1024 + 1024
+    conn.send(_packet(1, 1024, bytes(bad), True, sums=sums))
+    ack = _recv(conn)
+    conn.close()
+    assert ack["status"] == "error" and ack["bad"] == 0
+    assert ack["reason"] == ("datanode node0 block 770001: checksum mismatch in the chunk at byte 2048 "
+                             "(CRC32C per 512 bytes)")
+    data_dir = store.dirs["node0"] / "data"
+    deadline = time.monotonic() + 10                      # dropped as the stream ends, just after the ack
+    while list(data_dir.glob("*770001*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not list(data_dir.glob("*770001*"))            # the replica was dropped, no partial file
+    _alive_and_serving(store)
+
+
+def _frame(parts) -> bytes:
+    body = b"".join(parts)
+    return struct.pack(">I", len(body)) + body
+
+
+HOSTILE = {
+    "huge length": struct.pack(">I", 0xFFFFFFF0) + b"x" * 16,
+    "header not JSON": struct.pack(">I", 7) + struct.pack(">I", 3) + b"{x]",
+    "header longer than the message": struct.pack(">I", 8) + struct.pack(">I", 1000) + b"{}{}",
+    "another op": _frame(encode({"op": "read_block", "seq": 0, "len": 0})),
+    "len beyond the payload": _frame(encode({"op": "packet", "seq": 0, "offset": 0, "len": 99}, b"abc")),
+    "negative len": _frame(encode({"op": "packet", "seq": 0, "offset": 0, "len": -4}, b"abcd")),
+    "seq not a number": _frame(encode({"op": "packet", "seq": "one", "offset": 0, "len": 0})),
+    "wrong checksum count": _frame(encode({"op": "packet", "seq": 0, "offset": 0, "len": 600}, bytes(604))),
+}
+
+
+@pytest.mark.parametrize("what", list(HOSTILE))
+def test_hostile_packets_end_the_stream_not_the_datanode(store, what):
+    conn = _setup(_address(store), 770100 + list(HOSTILE).index(what))
+    conn.send_raw(HOSTILE[what])
+    with pytest.raises(Exception):                        # no ok ack: an error ack, then the close
+        while True:
+            reply = _recv(conn, timeout=10)
+            assert reply.get("status") != "ok", reply
+    conn.close()
+    _alive_and_serving(store)
+
+
+def test_a_packet_out_of_place_is_refused(store):
+    conn = _setup(_address(store), 770200)
+    conn.send(_packet(0, 512, b"x" * 10, True))           # the replica has 0 bytes, not 512
+    with pytest.raises(Exception):
+        while True:
+            assert _recv(conn).get("status") != "ok"
+    conn.close()
+    assert not list((store.dirs["node0"] / "data").glob("blk_770200*"))
+    _alive_and_serving(store)
