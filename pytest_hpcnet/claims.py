@@ -328,18 +328,27 @@ class Verdict:
     sensitivity: float | None = None  # smallest injected regression this gate fails at (local gates)
     samples: dict | None = None     # {"baseline": [...], "candidate": [...]}: what the verdict judged
     bound_from: str | None = None   # the override that set the bound, when not the shipped claim
+    # what the claim says, so a report can show it beside the verdict (``claim_facts``)
+    statement: str = ""
+    metric: str = ""
+    baseline: str | None = None
+    candidate: str = ""
+    published: tuple[float, float] | None = None
+    params: dict | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["ci"] = list(self.ci) if self.ci is not None else None
+        d["published"] = list(self.published) if self.published is not None else None
         return d
 
     @classmethod
     def from_json(cls, d: Mapping) -> "Verdict":
         known = {f.name for f in fields(cls)}
         d = {k: v for k, v in d.items() if k in known}
-        if d.get("ci") is not None:
-            d["ci"] = tuple(d["ci"])
+        for key in ("ci", "published"):
+            if d.get(key) is not None:
+                d[key] = tuple(d[key])
         return cls(**d)
 
     def message(self) -> str:
@@ -355,6 +364,13 @@ class Verdict:
         extra = f"; injected regression {self.injected:.0%}" if self.injected else ""
         extra += f" (bound from {self.bound_from})" if self.bound_from else ""
         return f"{head} {measured}; bound {self.bound}{extra} -- {self.reason} [source: {self.source}]"
+
+
+def claim_facts(claim: Claim) -> dict:
+    """The claim's own words and names, carried on each of its verdicts for the record and the report."""
+    return {"statement": claim.statement, "metric": claim.metric, "baseline": claim.baseline,
+            "candidate": claim.candidate, "published": claim.published,
+            "params": dict(claim.params) if claim.params else None, "bound_from": claim.bound_from}
 
 
 def same_config(a: str, b: str) -> bool:
@@ -566,7 +582,7 @@ def evaluate(claim: Claim, baseline: Side | None, candidate: Side, *, inject_reg
     return Verdict(claim_id=claim.id, outcome=outcome, quantity=point, ci=(lo, hi),
                    bound=claim.bound_text(), source=claim.source, reason=reason, kind=claim.kind,
                    confidence=coverage, n=n, enforced=claim.enforced, first_rounds=n,
-                   injected=inject_regression, samples=samples, bound_from=claim.bound_from)
+                   injected=inject_regression, samples=samples, **claim_facts(claim))
 
 
 def undecided(claim: Claim, verdict: Verdict) -> bool:
@@ -635,11 +651,11 @@ def not_applicable(claim: Claim, missing: Mapping[str, Sequence[str]]) -> Verdic
         reason = "not applicable on this cluster"
     return Verdict(claim_id=claim.id, outcome="n/a", quantity=None, ci=None, bound=claim.bound_text(),
                    source=claim.source, reason=reason, kind=claim.kind, enforced=claim.enforced,
-                   bound_from=claim.bound_from)
+                   **claim_facts(claim))
 
 
 def not_evaluated(claim: Claim, reason: str) -> Verdict:
     """A claim of a suite that ran, which no test evaluated (its test was skipped or deselected)."""
     return Verdict(claim_id=claim.id, outcome="not evaluated", quantity=None, ci=None,
                    bound=claim.bound_text(), source=claim.source, reason=reason, kind=claim.kind,
-                   enforced=claim.enforced, bound_from=claim.bound_from)
+                   enforced=claim.enforced, **claim_facts(claim))

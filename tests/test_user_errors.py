@@ -94,6 +94,7 @@ PLUGIN_CASES = [
     (["--hpcnet-assume=ib_qrd"], "ib_qdr"),
     (["--hpcnet-verdicts=maybe"], "maybe"),
     (["--hpcnet-probe-errors=ignore"], "ignore"),
+    (["--hpcnet-tables=wide"], "wide"),
 ]
 
 
