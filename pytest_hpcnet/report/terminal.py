@@ -92,7 +92,7 @@ def distinguishing(ms: list[Measurement]) -> tuple[list[str], list[str]]:
     return varying_parts, varying_keys
 
 
-def _config_text(m: Measurement, parts: list[str]) -> str:
+def config_text(m: Measurement, parts: list[str]) -> str:
     mine = {p.split("=", 1)[0]: p for p in (m.config or "-").split(",")}
     return ", ".join(mine[k] for k in parts if k in mine) or "-"   # spaces: where a long one may wrap
 
@@ -103,7 +103,7 @@ def measurements_compact(measurements: list[Measurement], width: int = WIDTH) ->
     for metric, ms in _by_metric(measurements).items():
         parts, keys = distinguishing(ms)
         for i, m in enumerate(ms):
-            rows.append([metric if i == 0 else "", _config_text(m, parts), _params(m.params, keys) or "-",
+            rows.append([metric if i == 0 else "", config_text(m, parts), _params(m.params, keys) or "-",
                          fmt_number(m.value), m.unit, len(m.samples)])
     table = fitted(rows, ["metric", "config", "params", "value", "unit", "samples"],
                    flexible={1: 16, 2: 16}, width=width)
