@@ -37,6 +37,19 @@ CLI_CASES = [
     (["dfsio", "-write", "-nrFiles", "1", "-size", "1MB", "--fs", "posix:{d}/missing/x"], "missing/x"),
     (["dfsio", "-write", "--bogus", "1"], "--bogus"),
     (["qjump", "run", "-p", "9", "--", "true"], "9"),
+    (["qjump-config", "--bytesq", "-5"], "-5"),
+    (["asv-site", "fetch", "/proc/nope"], "/proc/nope"),
+    (["asv-site", "localize", "{d}/missing"], "missing"),
+    (["plot", "cdf", "{d}/missing.bs", "label"], "missing.bs"),
+    (["teravalidate", "{d}/missing", "{d}/report"], "missing"),
+    (["randomwriter", "--bytes", "abc", "{d}/rw"], "abc"),
+    (["sort", "{d}/missing", "{d}/out"], "missing"),
+    (["sortvalidate", "{d}/missing", "{d}/out"], "missing"),
+    (["rpc", "serve", "--port", "99999"], "99999"),
+    (["crosscheck", "--config", "bogus", "--", "teragen", "1M"], "bogus"),
+    (["vm", "build", "--cache", "/proc/x"], "/proc/x"),
+    (["vm", "test", "--timeout", "0"], "--timeout"),
+    (["vm", "test", "--results", "{d}/notadir"], "notadir"),
 ]
 
 
@@ -95,7 +108,30 @@ PLUGIN_CASES = [
     (["--hpcnet-verdicts=maybe"], "maybe"),
     (["--hpcnet-probe-errors=ignore"], "ignore"),
     (["--hpcnet-tables=wide"], "wide"),
+    (["--hpcnet-target=bogus"], "bogus"),
+    (["--hpcnet-max-rounds=1"], "--hpcnet-max-rounds"),
+    (["--hpcnet-canary=abc"], "abc"),
+    (["-o", "hpcnet_strict_warn=maybe"], "maybe"),
 ]
+
+
+def _leaf_commands(parser, prefix=()) -> list[tuple[str, ...]]:
+    import argparse
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return [prefix]
+    return [leaf for name, p in subs[0].choices.items() for leaf in _leaf_commands(p, prefix + (name,))]
+
+
+def test_the_tables_cover_every_subcommand_and_plugin_option():
+    """Issue 19's acceptance: every `hpcnet` subcommand and every plugin option is in the tables above."""
+    from pytest_hpcnet.cli import build_parser
+    from pytest_hpcnet.options import SETTINGS
+    missing = [" ".join(leaf) for leaf in _leaf_commands(build_parser())
+               if not any(tuple(args[:len(leaf)]) == leaf for args, _ in CLI_CASES)]
+    assert not missing, f"subcommands without a bad-input case: {missing}"
+    named = " ".join(" ".join(args) for args, _ in PLUGIN_CASES)
+    assert not [s.flag for s in SETTINGS if s.flag not in named and s.ini not in named], named
 
 
 @pytest.mark.parametrize("args, names", PLUGIN_CASES, ids=[" ".join(a) for a, _ in PLUGIN_CASES])

@@ -47,8 +47,16 @@ def _build(args) -> int:
 
 
 def _test(args) -> int:
+    from ..errors import ConfigError
     from . import boot, guest
 
+    # checked before the build and boot, which take minutes
+    if not args.timeout > 0:
+        raise ConfigError(f"must be a positive number of seconds, got {args.timeout:g}", "--timeout")
+    if args.results.exists() and not args.results.is_dir():
+        raise ConfigError(f"{str(args.results)!r} is not a directory", "--results")
+    if args.source is not None and not args.source.is_dir():
+        raise ConfigError(f"no such project tree {str(args.source)!r}", "--source")
     command = args.command or guest.guest_pytest_command(args.pytest_args or DEFAULT_TESTS)
     if args.rehearse_claims:
         command = guest.all_of([command, guest.rehearsal_command()])
