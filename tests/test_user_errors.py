@@ -209,3 +209,20 @@ def test_a_record_that_cannot_be_written_is_one_line(pytester, tmp_path):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--hpcnet-report={report}", timeout=120)
     result.stdout.fnmatch_lines(["pytest-hpcnet: cannot write the run record into *report*"])
     assert result.ret != 0 and "Traceback" not in result.stdout.str()
+
+
+def _leaves() -> list[tuple[str, ...]]:
+    from pytest_hpcnet.cli import build_parser
+    return _leaf_commands(build_parser())
+
+
+@pytest.mark.parametrize("leaf", _leaves(), ids=" ".join)
+def test_every_subcommand_prints_argparse_usage(leaf, capsys):
+    """Issue 19: `dfsio --help` printed a docstring; every command's --help is its usage."""
+    from pytest_hpcnet.cli import main
+    try:
+        code = main([*leaf, "--help"])
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith(f"usage: hpcnet {' '.join(leaf)}"), out[:200]
