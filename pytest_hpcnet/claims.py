@@ -333,8 +333,9 @@ class Verdict:
     sensitivity: float | None = None  # smallest injected regression this gate fails at (local gates)
     samples: dict | None = None     # {"baseline": [...], "candidate": [...]}: what the verdict judged
     bound_from: str | None = None   # the override that set the bound, when not the shipped claim
-    # what the claim tracks, so a record read without the claims files (history, asv-import) can orient
-    # and describe the quantity; empty in records written before these fields existed
+    # what the claim says and tracks, so a report can show it beside the verdict and a record read
+    # without the claims files (history, asv-import) can orient and describe the quantity
+    # (``claim_facts``); empty in records written before these fields existed
     statement: str = ""
     metric: str = ""
     direction: str = ""             # which way is better for the quantity
@@ -342,18 +343,22 @@ class Verdict:
     candidate: str = ""
     min: float | None = None
     max: float | None = None
+    published: tuple[float, float] | None = None
+    params: dict | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["ci"] = list(self.ci) if self.ci is not None else None
+        d["published"] = list(self.published) if self.published is not None else None
         return d
 
     @classmethod
     def from_json(cls, d: Mapping) -> "Verdict":
         known = {f.name for f in fields(cls)}
         d = {k: v for k, v in d.items() if k in known}
-        if d.get("ci") is not None:
-            d["ci"] = tuple(d["ci"])
+        for key in ("ci", "published"):
+            if d.get(key) is not None:
+                d[key] = tuple(d[key])
         return cls(**d)
 
     def message(self) -> str:
@@ -369,6 +374,14 @@ class Verdict:
         extra = f"; injected regression {self.injected:.0%}" if self.injected else ""
         extra += f" (bound from {self.bound_from})" if self.bound_from else ""
         return f"{head} {measured}; bound {self.bound}{extra} -- {self.reason} [source: {self.source}]"
+
+
+def claim_facts(claim: Claim) -> dict:
+    """The claim's own words and names, carried on each of its verdicts for the record and the report."""
+    return {"statement": claim.statement, "metric": claim.metric, "direction": claim.direction,
+            "baseline": claim.baseline, "candidate": claim.candidate, "min": claim.min, "max": claim.max,
+            "published": claim.published,
+            "params": dict(claim.params) if claim.params else None, "bound_from": claim.bound_from}
 
 
 def same_config(a: str, b: str) -> bool:
@@ -580,14 +593,7 @@ def evaluate(claim: Claim, baseline: Side | None, candidate: Side, *, inject_reg
     return Verdict(claim_id=claim.id, outcome=outcome, quantity=point, ci=(lo, hi),
                    bound=claim.bound_text(), source=claim.source, reason=reason, kind=claim.kind,
                    confidence=coverage, n=n, enforced=claim.enforced, first_rounds=n,
-                   injected=inject_regression, samples=samples, bound_from=claim.bound_from,
-                   **_tracked(claim))
-
-
-def _tracked(claim: Claim) -> dict:
-    """The Verdict fields that say what ``claim`` tracks (its statement, metric, orientation, bounds)."""
-    return {"statement": claim.statement, "metric": claim.metric, "direction": claim.direction,
-            "baseline": claim.baseline, "candidate": claim.candidate, "min": claim.min, "max": claim.max}
+                   injected=inject_regression, samples=samples, **claim_facts(claim))
 
 
 def undecided(claim: Claim, verdict: Verdict) -> bool:
@@ -656,11 +662,11 @@ def not_applicable(claim: Claim, missing: Mapping[str, Sequence[str]]) -> Verdic
         reason = "not applicable on this cluster"
     return Verdict(claim_id=claim.id, outcome="n/a", quantity=None, ci=None, bound=claim.bound_text(),
                    source=claim.source, reason=reason, kind=claim.kind, enforced=claim.enforced,
-                   bound_from=claim.bound_from, **_tracked(claim))
+                   **claim_facts(claim))
 
 
 def not_evaluated(claim: Claim, reason: str) -> Verdict:
     """A claim of a suite that ran, which no test evaluated (its test was skipped or deselected)."""
     return Verdict(claim_id=claim.id, outcome="not evaluated", quantity=None, ci=None,
                    bound=claim.bound_text(), source=claim.source, reason=reason, kind=claim.kind,
-                   enforced=claim.enforced, bound_from=claim.bound_from, **_tracked(claim))
+                   enforced=claim.enforced, **claim_facts(claim))

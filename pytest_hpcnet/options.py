@@ -76,6 +76,13 @@ def _probe_errors(text: str) -> str:
     return text
 
 
+def _tables(text: str) -> str:
+    text = str(text).strip()
+    if text not in ("auto", "summary", "compact", "full"):
+        raise ValueError(f"expected auto, summary, compact or full, got {text!r}")
+    return text
+
+
 def _words(value) -> list[str]:
     """A list option: repeated CLI flags, or comma/space separated text from env or ini."""
     if isinstance(value, (list, tuple)):
@@ -145,6 +152,10 @@ SETTINGS = (
     Setting("probe_errors", "a node whose hardware probe fails: error (stop the run, naming the node and "
             "the cause) or warn (run on, that node having only its declared features)", "error",
             parse=_probe_errors),
+    Setting("tables", "how much the end-of-run summary shows: summary (verdict counts, FAIL/WARN lines), "
+            "compact (claims and one row per measurement), full (every key, the distributions, each claim's "
+            "statement and source), or auto: summary under -q, full under -v, compact otherwise", "auto",
+            parse=_tables),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 

@@ -14,7 +14,8 @@ from .cluster.reaper import interrupt_on_signals
 from .errors import HpcnetError
 from .hardware import FEATURES
 from .measure import Measurement, Paired
-from .report.terminal import fabric_table, measurements_table, verdicts_summary, verdicts_table
+from .report.terminal import (choose_tables, fabric_table, measurements_summary, measurements_table,
+                              verdicts_summary, verdicts_table)
 from .session import HpcnetSession
 from .targets.hadoop.budget import TEST_S as HADOOP_TEST_S
 
@@ -208,15 +209,20 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if hs is None or hasattr(config, "workerinput") or not getattr(hs, "record_path", None):
         return
     tr = terminalreporter
-    if hs.measurements:
+    tables = choose_tables(hs.tables, config.option.verbose)
+    if tables == "summary":
+        tr.write_sep("=", "hpcnet")
+        tr.write_line(measurements_summary(hs.measurements))
+    elif hs.measurements:
         tr.write_sep("=", "hpcnet measurements")
-        tr.write_line(measurements_table(hs.measurements))
+        tr.write_line(measurements_table(hs.measurements, tables))
     if hs.verdicts:
-        tr.write_sep("=", "hpcnet claims")
-        tr.write_line(verdicts_table(hs.verdicts))
-        if fabric := fabric_table(hs.verdicts):
-            tr.write_sep("=", "hpcnet fabric ceilings (native tools beside each RDMA claim)")
-            tr.write_line(fabric)
+        if tables != "summary":
+            tr.write_sep("=", "hpcnet claims")
+            tr.write_line(verdicts_table(hs.verdicts, tables))
+            if fabric := fabric_table(hs.verdicts):
+                tr.write_sep("=", "hpcnet fabric ceilings (native tools beside each RDMA claim)")
+                tr.write_line(fabric)
         for line in verdicts_summary(hs.verdicts):
             tr.write_line(line)
     tr.write_line(f"hpcnet run record: {hs.record_path}")

@@ -73,6 +73,7 @@ class HpcnetSession:
         if self.asv_dir is not None:
             check_writable_dir(self.asv_dir, where["asv"])
         self.probe_errors = values["probe_errors"]
+        self.tables = values["tables"]             # how much the end-of-run summary shows (report.terminal)
         self.rounds = values["rounds"] or DEFAULT_ROUNDS
         self.max_rounds = values["max_rounds"]     # None: three times each comparison's own rounds
         if self.max_rounds is not None and self.max_rounds < self.rounds:

@@ -219,19 +219,59 @@ def chart_problems(charts: list[dict]) -> list[str]:
     return problems
 
 
+# What issue 19 asked of the page, measured on the rendered page: the contents' links all land, claims
+# read FAIL, WARN, PASS, then the unjudged; no chart draws more than 8 series or has more than 8 legend
+# entries; legends sit outside the plotting area; no table is wider than the page.
+MEASURE_LAYOUT = """
+(() => {
+  const nav = document.querySelector('nav#contents');
+  const links = nav ? [...nav.querySelectorAll('a[href^="#"]')].map(a => a.getAttribute('href').slice(1)) : [];
+  const overlaps = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+  const charts = [...document.querySelectorAll('figure.chart svg')].map(svg => {
+    const series = new Set([...svg.querySelectorAll('[id*="-series"]')].map(e => e.id.match(/-series(\\d+)-/)[1]));
+    const legend = svg.querySelector('g[id$="-legend_1"]');
+    const plot = svg.querySelector('g[id$="-axes_1"] > g[id*="-patch_"]');
+    return {series: series.size,
+            legend_entries: legend ? legend.querySelectorAll('g[id*="-text_"]').length : 0,
+            legend_over_data: !!(legend && plot && overlaps(legend.getBoundingClientRect(), plot.getBoundingClientRect()))};
+  });
+  const tables = [...document.querySelectorAll('table')].filter(t => t.offsetParent !== null);
+  return {
+    toc: !!nav, toc_top: nav ? nav.getBoundingClientRect().top : null,
+    claims_top: document.getElementById('claims').getBoundingClientRect().top,
+    links: links.length, dangling: links.filter(id => !document.getElementById(id)),
+    outcomes: [...document.querySelectorAll('[data-outcome]')].map(e => e.dataset.outcome),
+    charts: charts,
+    wide_tables: tables.filter(t => t.getBoundingClientRect().right > document.body.getBoundingClientRect().right + 1).length,
+    page_overflow: document.documentElement.scrollWidth > window.innerWidth,
+  };
+})()
+"""
+READING_ORDER = ["fail", "warn", "pass", "not evaluated", "n/a"]
+
+
 def _record() -> RunRecord:
+    """Twelve RPC configurations over three payload sizes (more series than a chart may hold), a DFSIO
+    metric, and a verdict of every kind, listed in the wrong order."""
     ms = []
-    for config, base in (("tcp", 80.0), ("shm", 30.0)):
-        for size in (64, 4096):
-            ms.append(measurement("rpc.echo.latency", [base * (1 + size / 8192) * (1 + 0.01 * (i % 17))
-                                                       for i in range(100)],
-                                  unit="us", direction="lower", config=config, params={"size": size}))
+    for t, transport in enumerate(("tcp", "shm", "verbs")):
+        for b, buffers in enumerate(("naive", "pooled", "zero", "huge")):
+            for size in (64, 4096, 1048576):
+                base = 30.0 * (1 + t) * (1 + 0.1 * b) * (1 + size / 8192)
+                ms.append(measurement("rpc.echo.latency", [base * (1 + 0.01 * (i % 17)) for i in range(100)],
+                                      unit="us", direction="lower", config=f"transport={transport},buffers={buffers}",
+                                      params={"size": size}))
     ms.append(measurement("dfsio.write.throughput", [100.0, 110.0, 95.0], unit="MB/s", direction="higher",
                           config="tcp"))
-    verdict = {"claim_id": "rpc.shm.latency", "outcome": "pass", "quantity": 0.4, "ci": [0.38, 0.45],
-               "bound": "<= 0.8", "source": "local: test", "reason": "CI below the effective maximum 0.8",
-               "kind": "ratio", "confidence": 0.95, "n": 30}
-    return RunRecord(run_id="browser-check", provenance={"host": "ci"}, measurements=ms, verdicts=[verdict])
+    def verdict(claim_id, outcome, **kw):
+        return {"claim_id": claim_id, "outcome": outcome, "bound": "<= 0.8", "source": "local: test",
+                "reason": f"{outcome} because", "kind": "ratio", "metric": "rpc.echo.latency",
+                "statement": f"{claim_id} holds", **kw}
+    measured = {"quantity": 0.4, "ci": [0.38, 0.45], "confidence": 0.95, "n": 30}
+    verdicts = [verdict("a.pass", "pass", **measured), verdict("b.na", "n/a"), verdict("c.fail", "fail", **measured),
+                verdict("d.not_evaluated", "not evaluated"), verdict("e.warn", "warn", **measured),
+                verdict("f.pass", "pass", **measured)]
+    return RunRecord(run_id="browser-check", provenance={"host": "ci"}, measurements=ms, verdicts=verdicts)
 
 
 def test_html_report_renders_every_chart_without_errors(browser, tmp_path):
@@ -241,10 +281,53 @@ def test_html_report_renders_every_chart_without_errors(browser, tmp_path):
     path = tmp_path / "html" / "browser-check.html"
     page = browser.open(path.as_uri())
     charts = page.evaluate(MEASURE_CHARTS)
-    assert [c["kind"] for c in charts] == ["bar", "bar", "cdf"]   # dfsio bars; rpc bars + CDF
+    # dfsio: one bar chart; rpc: 12 configurations as two bar charts of 6, and a CDF per size (2 x 6 each)
+    assert [c["kind"] for c in charts] == ["bar", "bar", "bar"] + ["cdf"] * 6
     assert chart_problems(charts) == []
     assert page.errors() == []
-    assert page.evaluate("document.querySelectorAll('tr.pass').length") == 1
+    assert page.evaluate("document.querySelectorAll('tr.pass').length") == 2
+
+
+def test_html_report_reads_top_down(browser, tmp_path):
+    """Issue 19's acceptance: contents at the top, FAIL and WARN first, no chart over 8 series."""
+    page = browser.open(write_html(_record(), tmp_path).as_uri())
+    layout = page.evaluate(MEASURE_LAYOUT)
+    assert layout["toc"] and layout["toc_top"] < layout["claims_top"]
+    assert layout["links"] >= 5 and layout["dangling"] == []
+    ranks = [READING_ORDER.index(o) for o in layout["outcomes"]]
+    assert layout["outcomes"][:2] == ["fail", "warn"] and ranks == sorted(ranks), layout["outcomes"]
+    assert len(layout["outcomes"]) == 6
+    assert layout["charts"] and max(c["series"] for c in layout["charts"]) <= 8, layout["charts"]
+    assert all(1 <= c["legend_entries"] <= 8 for c in layout["charts"]), layout["charts"]
+    assert not any(c["legend_over_data"] for c in layout["charts"]), layout["charts"]
+    assert layout["wide_tables"] == 0 and not layout["page_overflow"]
+    assert page.errors() == []
+
+
+def test_the_layout_check_sees_a_crowded_chart_and_a_misordered_page(browser, tmp_path):
+    """The checks above must fail on what they exist to catch: a chart of 12 series with its legend over
+    the data (drawn by matplotlib directly, past the report's splitting), and a PASS listed before a FAIL."""
+    from pytest_hpcnet.report import plots
+    text = write_html(_record(), tmp_path).read_text()
+    bars = [plots.Bar(group="g", series=f"s{i}", median=1.0 + i) for i in range(12)]
+    saved = plots.MAX_SERIES, plots._legend_outside
+    plots.MAX_SERIES = 99
+    plots._legend_outside = lambda ax, fontsize: ax.legend(fontsize=fontsize, loc="center")
+    try:
+        crowded = plots.bar_chart(bars, title="crowded", ylabel="x")
+    finally:
+        plots.MAX_SERIES, plots._legend_outside = saved
+    text = text.replace("<figure ", f'<figure class="chart" data-kind="bar">{crowded}</figure><figure ', 1)
+    fail_row = text.index('<tr class="fail"')
+    pass_row = text.index('<tr class="pass"')
+    end = text.index("</tr>", pass_row) + 5
+    text = text[:fail_row] + text[pass_row:end] + text[fail_row:pass_row] + text[end:]
+    path = tmp_path / "crowded.html"
+    path.write_text(text)
+    layout = browser.open(path.as_uri()).evaluate(MEASURE_LAYOUT)
+    assert max(c["series"] for c in layout["charts"]) == 12
+    assert any(c["legend_over_data"] for c in layout["charts"])
+    assert layout["outcomes"][0] == "pass"
 
 
 def test_the_check_catches_broken_charts_and_script_errors(browser, tmp_path):

@@ -134,9 +134,9 @@ def _suite(pytester, factor):
 
 def test_passing_claim_is_recorded_with_table_and_json(pytester, run_hpcnet, tmp_path, sysfs):
     _suite(pytester, 0.5)
-    result = run_hpcnet("suites", f"--hpcnet-sysroot={sysfs / 'plain-eth'}", "-rs")
+    result = run_hpcnet("suites", f"--hpcnet-sysroot={sysfs / 'plain-eth'}", "-rs", "--hpcnet-tables=full")
     result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines(["*hpcnet measurements*", "*demo.time*fast*", "*hpcnet claims*",
+    result.stdout.fnmatch_lines(["*hpcnet measurements*", "*demo.time*", "*fast*", "*hpcnet claims*",
                                  "*demo.faster*PASS*", "*demo.paper*N/A*", "*hpcnet run record:*"])
     [path] = _records(tmp_path)
     record = json.loads(path.read_text())
@@ -145,6 +145,24 @@ def test_passing_claim_is_recorded_with_table_and_json(pytester, run_hpcnet, tmp
     assert len(record["measurements"]) == 2
     assert record["provenance"]["cluster"]["source"] == "local:4"
     assert [n["name"] for n in record["provenance"]["cluster"]["nodes"]] == [f"node{i}" for i in range(4)]
+
+
+def test_tables_are_a_summary_under_q_compact_by_default_and_full_under_v(pytester, run_hpcnet, sysfs):
+    """Issue 19: tables ran to 295 columns and printed in full under -q."""
+    _suite(pytester, 0.5)
+    sysroot = f"--hpcnet-sysroot={sysfs / 'plain-eth'}"
+    quiet = run_hpcnet("suites", sysroot, "-q").stdout.str()
+    assert "hpcnet measurements" not in quiet and "hpcnet claims" not in quiet
+    assert "2 measurement(s) of 1 metric(s)" in quiet and "1 pass, 1 n/a" in quiet
+    compact = run_hpcnet("suites", sysroot).stdout.str()
+    assert "demo.faster" in compact and "demo.paper" not in compact and "Not listed: 1 n/a" in compact
+    assert "median" not in compact   # one headline value per row; the distribution is for -v
+    full = run_hpcnet("suites", sysroot, "-v").stdout.str()
+    assert "demo.paper" in full and "median" in full and "source: seed 000" in full
+    for text in (quiet, compact, full):
+        table = text[text.find("hpcnet"):]
+        lines = [line for line in table.splitlines() if not line.startswith("hpcnet run record: ")]  # a path
+        assert max(len(line) for line in lines) <= 120, table
 
 
 def test_failing_claim_fails_with_ratio_bound_and_source(pytester, run_hpcnet, sysfs):

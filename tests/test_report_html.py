@@ -56,20 +56,52 @@ def test_report_has_provenance_claims_suites_and_charts(tmp_path):
     path = write_html(_record(), tmp_path / "out")
     assert path == tmp_path / "out" / "20261130T070000Z-test-1.html"
     text = path.read_text()
-    top = text.index("Provenance")
-    assert top < text.index("Claims") < text.index("Suite: mapreduce") < text.index("Suite: rpc")
+    top = text.index('id="contents"')
+    assert top < text.index('id="claims"') < text.index('id="suite-mapreduce"') < text.index('id="suite-rpc"') \
+        < text.index('id="provenance"')
     for fact in ("bench-host", "0123456789abcdef (local changes)", "local:2", "node0, node1", "suites/rpc"):
         assert fact in text
     for v in VERDICTS:
         assert v["claim_id"] in text and v["source"] in text and v["bound"].replace("<", "&lt;") in text
         assert v["outcome"].upper() in text
     assert "95% [0.38, 0.45]" in text and 'class="fail"' in text and 'class="na"' in text
-    # one bar chart per metric, a CDF for the latency metric only (its unit is us; the job time is s)
+    # FAIL before PASS, and the n/a claim folded away under one line
+    assert text.index('data-outcome="fail"') < text.index('data-outcome="pass"') < text.index('data-outcome="n/a"')
+    assert '<details class="unjudged" id="claims-na"><summary>1 N/A' in text
+    # one bar chart per metric, a CDF per payload size for the latency metric only (us; the job time is s)
     assert len(re.findall(r'data-kind="bar"', text)) == 2
-    assert len(re.findall(r'data-kind="cdf"', text)) == 1
-    assert text.count("<svg") == 3
+    assert len(re.findall(r'data-kind="cdf"', text)) == 2
+    assert text.count("<svg") == 4
     # config names are escaped, not injected
     assert "verbs&lt;&amp;&gt;" in text and "verbs<&>" not in text
+
+
+def test_a_claim_shows_its_statement_published_range_and_links_to_its_chart():
+    verdict = dict(VERDICTS[2], statement="TeraSort is no slower with the gate", metric="mapreduce.terasort.time",
+                   baseline="tcp", candidate="shm", published=[0.21, 0.37],
+                   bound_from="mine.toml: our disks are faster")
+    record = _record()
+    record.verdicts = [verdict]
+    text = render_html(record)
+    assert "TeraSort is no slower with the gate" in text and "0.21 .. 0.37" in text
+    assert "override: mine.toml: our disks are faster" in text
+    assert '<a href="#metric-mapreduce.terasort.time">' in text and 'id="metric-mapreduce.terasort.time"' in text
+    assert '<a href="#claim-mr.terasort.time">FAIL mr.terasort.time</a>' in text   # in the contents
+
+
+def test_many_configurations_become_small_multiples_of_at_most_eight_series():
+    """Issue 19: the RPC CDF drew 24 series in repeating colours; 1 MiB flattened the rest on a linear axis."""
+    ms = [measurement("rpc.echo.rtt", [100.0 * (1 + size / 1024) + i for i in range(20)], unit="us",
+                      direction="lower", config=f"transport=t{c},net=eth", params={"size": size})
+          for c in range(10) for size in (64, 1048576)]
+    text = render_html(RunRecord(run_id="many", provenance={}, measurements=ms, verdicts=[]))
+    charts = text.split('<figure class="chart"')[1:]
+    assert len([c for c in charts if 'data-kind="bar"' in c]) == 2            # 10 configs: 5 + 5
+    assert len([c for c in charts if 'data-kind="cdf"' in c]) == 4            # 2 sizes x (5 + 5)
+    for chart in charts:
+        series = set(re.findall(r'id="chart\d+-series(\d+)-', chart))
+        assert 1 <= len(series) <= 8
+    assert "Every series also has net=eth" in text   # legends name only what differs
 
 
 def test_report_needs_no_network_and_no_scripts(tmp_path):

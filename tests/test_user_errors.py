@@ -53,6 +53,19 @@ CLI_CASES = [
     (["export", "{d}/garbage.json", "--format", "csv"], "garbage.json"),
     (["export", "{d}/missing.json", "--format", "influx"], "missing.json"),
     (["export", "{d}/good.json", "--format", "csv", "-o", "{d}/notadir/x.csv"], "notadir"),
+    (["qjump-config", "--bytesq", "-5"], "-5"),
+    (["asv-site", "fetch", "/proc/nope"], "/proc/nope"),
+    (["asv-site", "localize", "{d}/missing"], "missing"),
+    (["plot", "cdf", "{d}/missing.bs", "label"], "missing.bs"),
+    (["teravalidate", "{d}/missing", "{d}/report"], "missing"),
+    (["randomwriter", "--bytes", "abc", "{d}/rw"], "abc"),
+    (["sort", "{d}/missing", "{d}/out"], "missing"),
+    (["sortvalidate", "{d}/missing", "{d}/out"], "missing"),
+    (["rpc", "serve", "--port", "99999"], "99999"),
+    (["crosscheck", "--config", "bogus", "--", "teragen", "1M"], "bogus"),
+    (["vm", "build", "--cache", "/proc/x"], "/proc/x"),
+    (["vm", "test", "--timeout", "0"], "--timeout"),
+    (["vm", "test", "--results", "{d}/notadir"], "notadir"),
 ]
 
 
@@ -111,7 +124,31 @@ PLUGIN_CASES = [
     (["--hpcnet-assume=ib_qrd"], "ib_qdr"),
     (["--hpcnet-verdicts=maybe"], "maybe"),
     (["--hpcnet-probe-errors=ignore"], "ignore"),
+    (["--hpcnet-tables=wide"], "wide"),
+    (["--hpcnet-target=bogus"], "bogus"),
+    (["--hpcnet-max-rounds=1"], "--hpcnet-max-rounds"),
+    (["--hpcnet-canary=abc"], "abc"),
+    (["-o", "hpcnet_strict_warn=maybe"], "maybe"),
 ]
+
+
+def _leaf_commands(parser, prefix=()) -> list[tuple[str, ...]]:
+    import argparse
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return [prefix]
+    return [leaf for name, p in subs[0].choices.items() for leaf in _leaf_commands(p, prefix + (name,))]
+
+
+def test_the_tables_cover_every_subcommand_and_plugin_option():
+    """Issue 19's acceptance: every `hpcnet` subcommand and every plugin option is in the tables above."""
+    from pytest_hpcnet.cli import build_parser
+    from pytest_hpcnet.options import SETTINGS
+    missing = [" ".join(leaf) for leaf in _leaf_commands(build_parser())
+               if not any(tuple(args[:len(leaf)]) == leaf for args, _ in CLI_CASES)]
+    assert not missing, f"subcommands without a bad-input case: {missing}"
+    named = " ".join(" ".join(args) for args, _ in PLUGIN_CASES)
+    assert not [s.flag for s in SETTINGS if s.flag not in named and s.ini not in named], named
 
 
 @pytest.mark.parametrize("args, names", PLUGIN_CASES, ids=[" ".join(a) for a, _ in PLUGIN_CASES])
@@ -189,3 +226,20 @@ def test_a_record_that_cannot_be_written_is_one_line(pytester, tmp_path):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--hpcnet-report={report}", timeout=120)
     result.stdout.fnmatch_lines(["pytest-hpcnet: cannot write the run record into *report*"])
     assert result.ret != 0 and "Traceback" not in result.stdout.str()
+
+
+def _leaves() -> list[tuple[str, ...]]:
+    from pytest_hpcnet.cli import build_parser
+    return _leaf_commands(build_parser())
+
+
+@pytest.mark.parametrize("leaf", _leaves(), ids=" ".join)
+def test_every_subcommand_prints_argparse_usage(leaf, capsys):
+    """Issue 19: `dfsio --help` printed a docstring; every command's --help is its usage."""
+    from pytest_hpcnet.cli import main
+    try:
+        code = main([*leaf, "--help"])
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith(f"usage: hpcnet {' '.join(leaf)}"), out[:200]

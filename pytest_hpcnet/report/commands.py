@@ -1,7 +1,7 @@
-"""``hpcnet report RUN.json [-o DIR] [-q]``: show a recorded run and write its HTML report.
+"""``hpcnet report RUN.json [-o DIR] [-q | -v]``: show a recorded run and write its HTML report.
 ``hpcnet plot cdf FILE LABEL ... [-o OUT]``: the QJump paper's Figure 1c from ``.bs`` files (``cdf``).
 
-Prints the measurement and verdict tables (``-q`` leaves them out), writes ``DIR/<run id>.html``
+Prints the measurement and verdict tables, compact (``-v``: full, ``-q``: left out), writes ``DIR/<run id>.html``
 (``DIR`` defaults to the directory holding the record) and prints the HTML file's path last.
 """
 
@@ -19,7 +19,11 @@ def add_commands(subparsers) -> None:
     p.add_argument("record", type=Path, help="a run record, e.g. .hpcnet/<run>.json")
     p.add_argument("-o", "--output", type=Path, default=None, metavar="DIR",
                    help="directory for <run id>.html (default: the record's directory)")
-    p.add_argument("-q", "--quiet", action="store_true", help="do not print the tables, only the HTML path")
+    level = p.add_mutually_exclusive_group()
+    level.add_argument("-q", "--quiet", action="store_true", help="do not print the tables, only the HTML path")
+    level.add_argument("-v", "--verbose", action="store_true",
+                       help="full tables: every configuration key, each value's distribution, each claim's "
+                            "statement and source")
     p.set_defaults(func=_report)
 
     p = subparsers.add_parser("plot", help="draw figures from raw result files")
@@ -48,11 +52,12 @@ def _report(args) -> int:
         print(f"run {record.run_id}  host {prov.get('host')}  cluster {prov.get('cluster', {}).get('source')}  "
               f"target {prov.get('target', {}).get('name')}  commit {(git.get('commit') or '-')[:12]}"
               f"{' (dirty)' if git.get('dirty') else ''}")
+        tables = "full" if args.verbose else "compact"
         if record.measurements:
-            print(measurements_table(record.measurements))
+            print(measurements_table(record.measurements, tables))
         if record.verdicts:
             print()
-            print(verdicts_table(record.verdicts))
+            print(verdicts_table(record.verdicts, tables))
             if fabric := fabric_table(record.verdicts):
                 print("\nfabric ceilings (native tools beside each RDMA claim):")
                 print(fabric)

@@ -1,10 +1,13 @@
 """The per-run HTML report: one self-contained file drawn from a run record.
 
-Layout, top to bottom: provenance (where, when, what was run), every claim with its verdict, then one
-section per suite (the first dotted part of a metric name) with its measurement table, a bar chart per
-metric (configurations side by side per parameter set, median with interquartile error bars) and, for
-latency metrics, the CDF of the samples. Charts are inline SVG and the page has no scripts and no
-external links, so it opens from disk or a CI artifact with no network.
+Layout, top to bottom: the run in one line, the verdict summary and a table of contents; the claims
+(FAIL and WARN first, each with its statement, published range, bound, measured value and CI, linked to
+its metric's charts; n/a and not-evaluated claims folded into one line each); one section per suite (the
+first dotted part of a metric name) with, per metric, a bar chart (configurations side by side per
+parameter set, median with interquartile error bars), for latency metrics the CDF of the samples as small
+multiples (one chart per parameter set), and the measurement table folded under the charts; last, the
+full provenance. No chart has more than ``plots.MAX_SERIES`` series. Charts are inline SVG and the page
+has no scripts and no external links, so it opens from disk or a CI artifact with no network.
 
 ``write_html(record, outdir) -> Path`` is what the CLI and the plugin call.
 """
@@ -21,7 +24,8 @@ import numpy as np
 from ..measure import Measurement
 from ..results import RunRecord
 from . import plots
-from .terminal import fmt_number, gate_text, measurement_order, param_sort_value
+from .html_claims import claims_section, metric_anchor, summary_line, toc_claims
+from .terminal import config_text, distinguishing, fmt_number, measurement_order, param_sort_value
 
 # Units whose samples are latencies worth a CDF (the report draws one per metric).
 LATENCY_UNITS = {"ns", "us", "µs", "ms"}
@@ -32,15 +36,28 @@ _CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px; color: #222; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.2em; border-bottom: 1px solid #ccc; margin-top: 2em; }
 h3 { font-size: 1.0em; margin-top: 1.5em; }
-table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
-th, td { border: 1px solid #ddd; padding: 2px 6px; text-align: left; vertical-align: top; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; width: 100%; table-layout: fixed; }
+th, td { border: 1px solid #ddd; padding: 2px 6px; text-align: left; vertical-align: top;
+         overflow-wrap: anywhere; }
+table.provenance { width: auto; max-width: 100%; }
+col.c-verdict { width: 5em; } col.c-claim { width: 38%; } col.c-num { width: 9em; } col.c-bound { width: 12em; }
+col.c-gate { width: 7em; } col.c-chart { width: 12em; } col.c-source { width: 25%; }
+.statement { margin: 2px 0; } .source { color: #777; font-size: 0.9em; }
+table.compact td { padding: 1px 6px; font-size: 0.95em; }
+details.unjudged { margin: 0.4em 0; } details.unjudged summary { cursor: pointer; background: #eee; padding: 2px 6px; }
+details.table summary { cursor: pointer; color: #555; font-size: 0.9em; }
+p.summary .badge { display: inline-block; padding: 1px 8px; margin-right: 4px; border-radius: 3px;
+                   color: #222; text-decoration: none; font-weight: bold; }
+nav#contents { background: #f7f7f7; border: 1px solid #ddd; padding: 0.3em 1em; font-size: 0.9em; }
+nav#contents ol { margin: 0.2em 0; } nav#contents > ol { columns: 2; } nav#contents h2 { border: 0; margin: 0.3em 0; font-size: 1em; }
+section.metric { margin-top: 1.2em; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 th { background: #f3f3f3; }
 .pass { background: #d8f5d8; } .warn { background: #fff1c2; } .fail { background: #f9d0d0; }
 .na { background: #eee; color: #666; }
 figure.chart { display: inline-block; margin: 0.5em 1em 0.5em 0; vertical-align: top; }
 figure.chart svg { max-width: 100%; height: auto; }
-figcaption { font-size: 0.8em; color: #555; max-width: 40em; }
+figcaption { font-size: 0.8em; color: #555; max-width: 32em; }
 .muted { color: #777; }
 """
 
@@ -94,34 +111,18 @@ def provenance_section(record: RunRecord) -> str:
         ["python", prov.get("python")], ["platform", f"{prov.get('platform', '-')} {prov.get('machine', '')}"],
         ["packages", packages],
     ]
-    return "<h2>Provenance</h2>\n" + _table(None, rows)
+    return '<h2 id="provenance">Provenance</h2>\n' + _table(None, rows).replace("<table>", '<table class="provenance">', 1)
 
 
-# --- claims --------------------------------------------------------------------------------------
-
-def claims_section(verdicts: list[dict]) -> str:
-    if not verdicts:
-        return "<h2>Claims</h2>\n<p class=\"muted\">No claims were checked in this run.</p>"
-    counts = defaultdict(int)
-    rows, classes = [], []
-    for v in sorted(verdicts, key=lambda v: v.get("claim_id", "")):
-        outcome = v.get("outcome", "?")
-        counts[outcome] += 1
-        ci = v.get("ci")
-        conf = v.get("confidence")
-        ci_text = "-" if not ci else (f"{conf:.0%} " if conf else "") + f"[{ci[0]:.4g}, {ci[1]:.4g}]"
-        rows.append([v.get("claim_id"), outcome.upper(), v.get("kind") or "-", fmt_number(v.get("quantity")), ci_text,
-                     v.get("n", "-"), v.get("bound", "-"), gate_text(v), v.get("reason", ""), v.get("source", "")])
-        classes.append({"pass": "pass", "warn": "warn", "fail": "fail"}.get(outcome, "na"))
-    summary = ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
-    from ..fabric.ceiling import CEILING_HEADERS, ceiling_rows
-    fabric = ceiling_rows(verdicts)
-    fabric_html = ("\n<h3>Fabric ceilings</h3>\n<p>The same comparison measured with the fabric's native tools "
-                   "(perftest vs qperf/sockperf) on the same nodes: what the fabric alone allows, beside what the "
-                   "stack reached, and whose a FAIL is.</p>\n" + _table(CEILING_HEADERS, fabric)) if fabric else ""
-    return (f"<h2>Claims</h2>\n<p>{_e(summary)}</p>\n"
-            + _table(["claim", "verdict", "kind", "measured", "CI", "n", "bound", "gate", "why", "source"], rows,
-                     numeric={3, 5}, row_classes=classes) + fabric_html)
+def run_line(record: RunRecord) -> str:
+    """Where and what, in one line at the top; the full provenance is at the end."""
+    prov = record.provenance or {}
+    git = prov.get("git") or {}
+    cluster = prov.get("cluster") or {}
+    facts = [("time", prov.get("time")), ("host", prov.get("host")),
+             ("cluster", cluster.get("source")), ("target", (prov.get("target") or {}).get("name")),
+             ("commit", (git.get("commit") or "")[:12] + (" (local changes)" if git.get("dirty") else ""))]
+    return '<p class="muted">' + " · ".join(f"{k} {_e(v)}" for k, v in facts if v) + "</p>"
 
 
 # --- measurements --------------------------------------------------------------------------------
@@ -130,11 +131,12 @@ def measurements_table(measurements: list[Measurement]) -> str:
     rows = []
     for m in sorted(measurements, key=measurement_order):
         s = m.stats or {}
-        rows.append([m.metric, m.config or "-", _params_text(m.params), m.unit, m.direction, fmt_number(m.value),
+        rows.append([m.config or "-", _params_text(m.params), fmt_number(m.value), fmt_number(s.get("median")),
                      fmt_number(s.get("min")), fmt_number(s.get("mean")), fmt_number(s.get("stdev")), fmt_number(s.get("p99")),
                      fmt_number(s.get("p99_9")), fmt_number(s.get("max")), s.get("n", len(m.samples)), m.test or ""])
-    return _table(["metric", "config", "params", "unit", "better", "median", "min", "mean", "stdev", "p99",
-                   "p99.9", "max", "n", "test"], rows, numeric=set(range(5, 13)))
+    unit = measurements[0].unit if measurements else ""
+    return _table(["config", "params", f"value ({unit})", "median", "min", "mean", "stdev", "p99",
+                   "p99.9", "max", "n", "test"], rows, numeric=set(range(2, 11)))
 
 
 def group_keys(measurements: list[Measurement]) -> list[str]:
@@ -150,7 +152,7 @@ def group_keys(measurements: list[Measurement]) -> list[str]:
     return sorted(keys)
 
 
-def _bars(measurements: list[Measurement], keys: list[str], metric: str) -> list[plots.Bar]:
+def _bars(measurements: list[Measurement], keys: list[str], metric: str, label) -> list[plots.Bar]:
     bars = []
     for m in sorted(measurements, key=lambda m: tuple(param_sort_value(m.params.get(k)) for k in keys)):
         group = _params_text(m.params, keys) or metric.rsplit(".", 1)[-1]
@@ -160,7 +162,7 @@ def _bars(measurements: list[Measurement], keys: list[str], metric: str) -> list
             # the headline value may be a pooled statistic rather than the samples' median: keep the
             # bar's whisker ends on their side of it
             p25, p75 = min(float(q25), m.value), max(float(q75), m.value)
-        bars.append(plots.Bar(group=group, series=m.config or "-", median=m.value, p25=p25, p75=p75))
+        bars.append(plots.Bar(group=group, series=label(m), median=m.value, p25=p25, p75=p75))
     return bars
 
 
@@ -168,55 +170,108 @@ def _figure(svg: str, kind: str, caption: str) -> str:
     return f'<figure class="chart" data-kind="{kind}">\n{svg}\n<figcaption>{_e(caption)}</figcaption></figure>'
 
 
+def chunks(items: list, size: int = plots.MAX_SERIES) -> list[list]:
+    """``items`` in consecutive runs of at most ``size``, as even as possible (9 -> 5 + 4, not 8 + 1)."""
+    if not items:
+        return []
+    n = -(-len(items) // size)
+    per = -(-len(items) // n)
+    return [items[i:i + per] for i in range(0, len(items), per)]
+
+
 def metric_charts(metric: str, measurements: list[Measurement], colours: dict[str, str]) -> list[str]:
+    """A bar chart per run of at most MAX_SERIES configurations and, for a latency metric, a CDF per
+    parameter set (small multiples: one chart per payload size, its configurations as the series)."""
     unit = measurements[0].unit
     direction = measurements[0].direction
     keys = group_keys(measurements)
-    out = [_figure(plots.bar_chart(_bars(measurements, keys, metric), title=metric,
-                                   ylabel=f"{unit} ({direction} is better)", colours=colours),
-                   "bar", f"{metric}: median per configuration; error bars span the 25th-75th percentile "
-                          f"of the samples.")]
+    configs = list(dict.fromkeys(m.config or "-" for m in sorted(measurements, key=measurement_order)))
+    # legends name only the configuration keys that differ between the series; the caption says the rest
+    differing, _ = distinguishing(measurements)
+
+    def label(m):
+        return config_text(m, differing) if len(configs) > 1 else (m.config or "-")
+    labels = {label(m): colours.get(m.config or "-") for m in measurements}
+    shared = sorted({p for m in measurements for p in (m.config or "-").split(",")}
+                    - {p for m in measurements for p in config_text(m, differing).split(", ")})
+    common = f" Every series also has {', '.join(shared)}." if shared and len(configs) > 1 else ""
+    out = []
+    runs = chunks(configs)
+    for i, run in enumerate(runs):
+        mine = [m for m in measurements if (m.config or "-") in run]
+        title = metric + (f" ({i + 1}/{len(runs)})" if len(runs) > 1 else "")
+        out.append(_figure(plots.bar_chart(_bars(mine, keys, metric, label), title=title,
+                                           ylabel=f"{unit} ({direction} is better)", colours=labels),
+                           "bar", f"{title}: median per configuration; error bars span the 25th-75th "
+                                  f"percentile of the samples.{common}"))
     if unit in LATENCY_UNITS:
-        series = {}
+        panels: dict[str, dict[str, list[float]]] = defaultdict(dict)
         for m in sorted(measurements, key=measurement_order):
             if len(m.samples) >= MIN_CDF_SAMPLES:
-                label = " ".join(x for x in (m.config, _params_text(m.params, keys)) if x) or metric
-                series[label] = m.samples
-        if series:
-            out.append(_figure(plots.cdf_chart(series, title=f"{metric} CDF", xlabel=unit,
-                                               colours=plots.colour_map(series)),
-                               "cdf", f"{metric}: empirical CDF of every sample, per configuration and "
-                                      f"parameter set."))
+                panels[_params_text(m.params, keys)][label(m)] = m.samples
+        ordered = sorted(panels, key=lambda p: [param_sort_value(v) for v in _panel_values(measurements, keys, p)])
+        for panel in ordered:
+            names = list(panels[panel])
+            for j, part in enumerate(chunks(names)):
+                title = " ".join(x for x in (metric, panel) if x) + (f" ({j + 1})" if len(names) > plots.MAX_SERIES else "")
+                out.append(_figure(plots.cdf_chart({n: panels[panel][n] for n in part}, title=title, xlabel=unit,
+                                                   colours=labels),
+                                   "cdf", f"{title}: empirical CDF of every sample, per configuration.{common}"))
     return out
+
+
+def _panel_values(measurements: list[Measurement], keys: list[str], panel: str) -> list:
+    for m in measurements:
+        if _params_text(m.params, keys) == panel:
+            return [m.params.get(k) for k in keys]
+    return []
 
 
 def suite_sections(measurements: list[Measurement]) -> str:
     if not measurements:
-        return "<h2>Measurements</h2>\n<p class=\"muted\">This run recorded no measurements.</p>"
+        return "<h2 id=\"measurements\">Measurements</h2>\n<p class=\"muted\">This run recorded no measurements.</p>"
     configs = list(dict.fromkeys(m.config or "-" for m in sorted(measurements, key=measurement_order)))
-    colours = plots.colour_map(configs)   # one colour per configuration across the whole report
-    by_suite: dict[str, dict[str, list[Measurement]]] = defaultdict(lambda: defaultdict(list))
-    for m in measurements:
-        by_suite[suite_of(m.metric)][m.metric].append(m)
+    colours = plots.colour_map(configs)   # one colour per configuration across the report, where it can
     parts = []
-    for suite in sorted(by_suite):
-        metrics = by_suite[suite]
+    for suite, metrics in by_suite(measurements).items():
         parts.append(f'<h2 id="suite-{_e(suite)}">Suite: {_e(suite)}</h2>')
-        parts.append(measurements_table([m for ms in metrics.values() for m in ms]))
         for metric in sorted(metrics):
-            parts.append(f"<h3>{_e(metric)}</h3>")
-            parts.extend(metric_charts(metric, metrics[metric], colours))
+            ms = metrics[metric]
+            parts.append(f'<section class="metric" id="{_e(metric_anchor(metric))}"><h3>{_e(metric)}</h3>')
+            parts.extend(metric_charts(metric, ms, colours))
+            parts.append(f'<details class="table"><summary>table of the {len(ms)} measurement(s)</summary>'
+                         f"{measurements_table(ms)}</details></section>")
     return "\n".join(parts)
+
+
+def by_suite(measurements: list[Measurement]) -> dict[str, dict[str, list[Measurement]]]:
+    out: dict[str, dict[str, list[Measurement]]] = defaultdict(lambda: defaultdict(list))
+    for m in measurements:
+        out[suite_of(m.metric)][m.metric].append(m)
+    return {suite: dict(out[suite]) for suite in sorted(out)}
+
+
+def contents(record: RunRecord) -> str:
+    """The table of contents: claims (with a link per FAIL and WARN), each suite and its metrics, provenance."""
+    items = ['<li><a href="#claims">Claims</a>' + toc_claims(record.verdicts) + "</li>"]
+    for suite, metrics in by_suite(record.measurements).items():
+        sub = "".join(f'<li><a href="#{_e(metric_anchor(m))}">{_e(m)}</a></li>' for m in sorted(metrics))
+        items.append(f'<li><a href="#suite-{_e(suite)}">Suite: {_e(suite)}</a><ol>{sub}</ol></li>')
+    if not record.measurements:
+        items.append('<li><a href="#measurements">Measurements</a></li>')
+    items.append('<li><a href="#provenance">Provenance</a></li>')
+    return f'<nav id="contents"><h2>Contents</h2><ol>{"".join(items)}</ol></nav>'
 
 
 def render_html(record: RunRecord) -> str:
     """The whole report as one HTML document."""
     title = f"pytest-hpcnet run {record.run_id}"
+    metrics = {m.metric for m in record.measurements}
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
         f"<title>{_e(title)}</title>", f"<style>{_CSS}</style>", "</head>", "<body>",
-        f"<h1>{_e(title)}</h1>",
-        provenance_section(record), claims_section(record.verdicts), suite_sections(record.measurements),
+        f"<h1>{_e(title)}</h1>", run_line(record), summary_line(record.verdicts), contents(record),
+        claims_section(record.verdicts, metrics), suite_sections(record.measurements), provenance_section(record),
         "</body>", "</html>", ""])
 
 

@@ -173,16 +173,24 @@ def _cpio(directory: Path, out, what: str) -> None:
         raise VmError(f"cpio of {what} failed: {proc.stderr.decode(errors='replace')[-500:]}")
 
 
-def build(cache: Path | None = None, mirror: str = MIRROR, log=print) -> Guest:
-    """Build (or reuse) the cached guest; returns where its kernel and base initramfs are."""
+BUILD_STEPS = ("root filesystem", "kernel", "Python packages", "initramfs")
+
+
+def build(cache: Path | None = None, mirror: str = MIRROR, log=print, progress=None) -> Guest:
+    """Build (or reuse) the cached guest; returns where its kernel and base initramfs are.
+    ``progress(1)`` hears of each of the ``BUILD_STEPS`` done (cached ones included)."""
+    advance = progress or (lambda n: None)
     cache = cache or cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     missing = missing_tools()
     if missing:
         raise VmError("missing tools: " + ", ".join(f"{t} (Debian package {p})" for t, p in missing.items()))
     root = build_rootfs(cache, mirror, log)
+    advance(1)
     vmlinuz, version = build_kernel(cache, log)
+    advance(1)
     pydeps = build_pydeps(cache, log)
+    advance(1)
     base, stamp = cache / "base.cpio.zst", cache / "base.stamp"
     key = _key((cache / "rootfs.stamp").read_text(), version, guest.MODULE_PATHS,
                (cache / "pydeps.stamp").read_text())
@@ -201,6 +209,7 @@ def build(cache: Path | None = None, mirror: str = MIRROR, log=print) -> Guest:
                 raise VmError("zstd failed compressing the root filesystem")
         tmp.replace(base)
         stamp.write_text(key)
+    advance(1)
     return Guest(kernel=vmlinuz, base=base, kernel_version=version)
 
 

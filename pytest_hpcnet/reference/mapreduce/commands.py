@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ... import progress
 from ...errors import ConfigError, HpcnetError
 
 _HUMAN_ROWS = {"k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}   # Hadoop TeraGen's suffixes
@@ -79,10 +80,13 @@ def cmd_teragen(args) -> int:
     t0 = time.perf_counter()
     if args.cluster:
         from .engine import jobs
-        with _engine(args.cluster) as engine:
+        with _engine(args.cluster) as engine, \
+                progress.bar(maps, desc="teragen", unit="map", show=args.progress) as advance:
+            engine.on_event = progress.task_events(advance)
             checksum = jobs.teragen(engine, rows, args.outdir, maps=maps, start_row=start).details["checksum"]
     else:
-        checksum = teragen(rows, args.outdir, maps=maps, start_row=start).checksum_hex
+        with progress.bar(rows, desc="teragen", unit="row", unit_scale=True, show=args.progress) as advance:
+            checksum = teragen(rows, args.outdir, maps=maps, start_row=start, progress=advance).checksum_hex
     dt = time.perf_counter() - t0
     rate = f", {rows / dt:,.0f} rows/s" if dt > 0 and rows else ""
     print(f"teragen: {rows} rows ({rows * 100 / 1e6:.1f} MB) in {maps} files under {args.outdir} "
@@ -97,12 +101,18 @@ def cmd_terasort(args) -> int:
     t0 = time.perf_counter()
     if args.cluster:
         from .engine import jobs
-        with _engine(args.cluster) as engine:
+        with _engine(args.cluster) as engine, \
+                progress.bar(None, desc="terasort tasks", unit="task", show=args.progress) as advance:
+            engine.on_event = progress.task_events(advance)
             result = jobs.terasort(engine, args.indir, args.outdir, reduces=reduces, config=args.config)
         phases = f"{result.config}: {_phases(result)}"
     else:
         _no_config(args)
-        result = terasort(args.indir, args.outdir, reduces=reduces)
+        from .records import input_files
+        total = 2 * sum(f.stat().st_size for f in input_files(args.indir, "terasort INDIR"))
+        with progress.bar(total or None, desc="terasort (map, then reduce)", unit="B", unit_scale=True,
+                          show=args.progress) as advance:
+            result = terasort(args.indir, args.outdir, reduces=reduces, progress=advance)
         phases = ", ".join(f"{k} {v:.2f} s" for k, v in result.phase_seconds.items())
     dt = time.perf_counter() - t0
     print(f"terasort: {result.records} records into {reduces} files under {args.outdir} in {dt:.2f} s "
@@ -194,12 +204,14 @@ def add_commands(subparsers) -> None:
         return p
 
     p = add("teragen", cmd_teragen, "Generate TeraSort input, byte-identical to Hadoop's TeraGen.")
+    progress.add_flags(p)
     p.add_argument("rows", metavar="ROWS", help="number of 100-byte rows; suffix k/m/b/t = 10^3/6/9/12")
     p.add_argument("outdir", metavar="OUTDIR", help="output directory (must not exist)")
     p.add_argument("--maps", default="1", metavar="M", help="number of map tasks / output files (default 1)")
     p.add_argument("--start", default="0", metavar="N", help="first row number (gensort -b; default 0)")
 
     p = add("terasort", cmd_terasort, "Sort TeraGen data with the sampled total-order partitioner.", True)
+    progress.add_flags(p)
     p.add_argument("indir", metavar="INDIR")
     p.add_argument("outdir", metavar="OUTDIR", help="output directory (must not exist)")
     p.add_argument("--reduces", default="1", metavar="R", help="number of reduce tasks / output files")

@@ -188,25 +188,29 @@ class TeraGenResult:
 
 
 def write_teragen_split(path: str | os.PathLike, total_rows: int, map_index: int, maps: int,
-                        start_row: int = 0) -> TeraGenResult:
-    """One map task: write its records to ``path`` and return their row count and checksum."""
+                        start_row: int = 0, progress=None) -> TeraGenResult:
+    """One map task: write its records to ``path`` and return their row count and checksum.
+    ``progress(n)`` is told of every block of n rows written."""
     rows = checksum = 0
     with open(path, "wb") as f:
         for block in teragen_split(total_rows, map_index, maps, start_row):
             block.tofile(f)
             rows += len(block)
             checksum += record_checksum(block)
+            if progress is not None:
+                progress(len(block))
     return TeraGenResult(rows, checksum & MASK128, [Path(path)])
 
 
-def teragen(rows: int, outdir: str | os.PathLike, maps: int = 1, start_row: int = 0) -> TeraGenResult:
+def teragen(rows: int, outdir: str | os.PathLike, maps: int = 1, start_row: int = 0,
+            progress=None) -> TeraGenResult:
     """Generate ``rows`` rows into ``outdir``/part-m-NNNNN (one file per map, empty ones included, as
-    Hadoop writes them), committed atomically with ``_SUCCESS``."""
+    Hadoop writes them), committed atomically with ``_SUCCESS``; ``progress(n)`` hears of every n rows."""
     ranges = split_ranges(rows, maps, start_row)  # validate before touching the disk
     total = TeraGenResult(0, 0)
     with committed_output(outdir, "teragen OUTDIR") as tmp:
         for i in range(len(ranges)):
-            part = write_teragen_split(tmp / part_name("m", i), rows, i, maps, start_row)
+            part = write_teragen_split(tmp / part_name("m", i), rows, i, maps, start_row, progress)
             total.rows += part.rows
             total.checksum = (total.checksum + part.checksum) & MASK128
     total.files = [Path(outdir) / part_name("m", i) for i in range(len(ranges))]

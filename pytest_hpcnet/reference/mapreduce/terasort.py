@@ -47,8 +47,10 @@ class TeraSortResult:
 
 
 def terasort(indir: str | os.PathLike, outdir: str | os.PathLike, reduces: int = 1,
-             split_bytes: int = DEFAULT_SPLIT_BYTES) -> TeraSortResult:
-    """Sort the 100-byte records under ``indir`` into ``reduces`` totally ordered files in ``outdir``."""
+             split_bytes: int = DEFAULT_SPLIT_BYTES, progress=None) -> TeraSortResult:
+    """Sort the 100-byte records under ``indir`` into ``reduces`` totally ordered files in ``outdir``.
+    ``progress(n)`` hears of n bytes mapped, then of n bytes written by the reduces (2x the input)."""
+    advance = progress or (lambda n: None)
     if reduces < 1:
         raise ConfigError(f"reduce count must be >= 1, got {reduces}", "--reduces")
     files = input_files(indir, "terasort INDIR")
@@ -60,8 +62,10 @@ def terasort(indir: str | os.PathLike, outdir: str | os.PathLike, reduces: int =
     t1 = time.perf_counter()
     per_reduce: list[list[np.ndarray]] = [[] for _ in range(reduces)]
     for split in splits:
-        for r, segment in enumerate(map_sort_partition(split.read(), points)):
+        records = split.read()
+        for r, segment in enumerate(map_sort_partition(records, points)):
             per_reduce[r].append(segment)
+        advance(records.nbytes)
     t2 = time.perf_counter()
     sizes = []
     with committed_output(outdir, "terasort OUTDIR") as tmp:
@@ -71,5 +75,6 @@ def terasort(indir: str | os.PathLike, outdir: str | os.PathLike, reduces: int =
             per_reduce[r] = []                     # drop the map segments as soon as they are merged
             merged.tofile(tmp / part_name("r", r))
             sizes.append(len(merged))
+            advance(merged.nbytes)
     t3 = time.perf_counter()
     return TeraSortResult(sum(sizes), points, sizes, {"sample": t1 - t0, "map": t2 - t1, "reduce": t3 - t2})

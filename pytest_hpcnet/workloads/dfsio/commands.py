@@ -9,7 +9,8 @@ Single-dash options are TestDFSIO's (see ``options``). Double-dash options are o
 cluster's node dirs; default $TMPDIR/hpcnet-dfsio, kept so a -read can follow a -write),
 ``--fsync`` (none | close | every-buffer, posix only; default none), ``--transport`` (tcp | shm),
 ``--replication`` (1-3; default 3, at most the node count), ``--block-size`` (a size; default 128MB),
-``--verify`` (check read data against the write pattern), ``--timeout`` (seconds; default 600).
+``--verify`` (check read data against the write pattern), ``--timeout`` (seconds; default 600),
+``--progress`` / ``--no-progress`` (a bar of finished files on stderr; default: on a terminal only).
 For ``--fs blockstore`` the command starts the metadata service and a datanode per node, runs the
 job and stops them; the store's state stays in the node dirs for the next command.
 """
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from ...cluster import load_cluster
 from ...cluster.pool import Launchers
+from ... import progress
 from ...errors import ConfigError
 from .job import parse_fs, run_dfsio
 from .options import parse_dfsio_args, parse_size
@@ -35,6 +37,7 @@ usage: hpcnet dfsio (-write | -append | -read [-random | -backward | -skip [-ski
                     [--fs posix:/abs/dir | posix:local | posix:shared | blockstore] [--fsync none|close|every-buffer]
                     [--cluster local:N | netns:N | INVENTORY.toml] [--workdir DIR] [--transport tcp|shm]
                     [--replication 1-3] [--block-size SIZE] [--verify] [--timeout SECONDS]
+                    [--progress | --no-progress]
 
 TestDFSIO (single-dash options, as Hadoop's) over a POSIX directory or the reference block store.
 
@@ -49,11 +52,13 @@ options:
   --block-size  blockstore only: block size (default 128MB)
   --verify      check read data against the write pattern
   --timeout     seconds for the job (default 600)
+  --progress    a bar of finished files on stderr even when it is not a terminal (default: only on a
+                terminal, and only after 2 s); --no-progress: never
 
 example: hpcnet dfsio -write -nrFiles 4 -size 64MB --fs posix:/scratch/x --fsync close
 """
 
-FLAGS = {"--verify"}
+FLAGS = {"--verify", "--progress", "--no-progress"}
 VALUED = {"--fs", "--cluster", "--workdir", "--fsync", "--transport", "--replication", "--block-size",
           "--timeout"}
 
@@ -124,8 +129,11 @@ def run_command(args) -> int:
                 from ...reference.dfs.store import BlockStore
                 store = BlockStore(launchers, cluster, transport=transport).start()
                 target.store = store.spec(replication=replication, block_size=block_size)
-            result = run_dfsio(opts, target, launchers, cluster, verify=bool(ours.get("--verify")),
-                               timeout=timeout)
+            show = True if "--progress" in ours else False if "--no-progress" in ours else None
+            with progress.bar(opts.nr_files if opts.test_type != "cleanup" else 0,
+                              desc=f"dfsio -{opts.test_type}", unit="file", show=show) as advance:
+                result = run_dfsio(opts, target, launchers, cluster, verify=bool(ours.get("--verify")),
+                                   timeout=timeout, progress=advance)
         finally:
             if store is not None:
                 store.stop()

@@ -81,9 +81,9 @@ def parse_fs(text: str, fsync: str = "none") -> FsTarget:
 
 def run_dfsio(opts: DfsioOptions, target: FsTarget, launchers: Launchers, cluster, *, nodes=None,
               verify: bool = False, timeout: float = 600.0, write_res_file: bool = True,
-              seed: int | None = None) -> DfsioResult | None:
+              seed: int | None = None, progress=None) -> DfsioResult | None:
     """Run one TestDFSIO job; returns its result (None for -clean) and appends the block to
-    ``opts.res_file`` unless ``write_res_file`` is false."""
+    ``opts.res_file`` unless ``write_res_file`` is false. ``progress(1)`` hears of each file done."""
     nodes = list(nodes or cluster.nodes)
     if opts.test_type == "cleanup":
         _clean(target, launchers, cluster, nodes, timeout)
@@ -99,7 +99,7 @@ def run_dfsio(opts: DfsioOptions, target: FsTarget, launchers: Launchers, cluste
                              "seed": None if seed is None else seed + i,
                              "fs": target.spec_for(node, cluster)}))
     t0 = time.perf_counter()
-    outputs = _run_tasks(launchers, specs, timeout)
+    outputs = _run_tasks(launchers, specs, timeout, progress)
     exec_ms = (time.perf_counter() - t0) * 1000.0
     tasks = [TaskResult(r["name"], int(r["size"]), float(r["time_ms"]), r.get("node", ""))
              for r in outputs]
@@ -118,7 +118,7 @@ def _clean(target: FsTarget, launchers, cluster, nodes, timeout) -> None:
                                 "fs": target.spec_for(n, cluster)}) for n in where], timeout)
 
 
-def _run_tasks(launchers, specs, timeout: float) -> list[dict]:
+def _run_tasks(launchers, specs, timeout: float, progress=None) -> list[dict]:
     procs = []
     try:
         for node, spec in specs:
@@ -137,6 +137,8 @@ def _run_tasks(launchers, specs, timeout: float) -> list[dict]:
             report = json.loads(out.strip().splitlines()[-1])
             report["node"] = proc.node.name      # where we launched it (launchers need not set HPCNET_NODE)
             results.append(report)
+            if progress is not None:
+                progress(1)
         return results
     finally:
         for _, proc in procs:
