@@ -204,5 +204,5 @@ def _history_command(args) -> int:
     print(series_table(points))
     if args.html is not None:
         from .report.series import write_series_html
-        print(f"wrote {write_series_html(args.claim, points, args.html)}")
+        print(f"wrote {write_series_html(args.claim, points, SERIES_HEADERS, series_rows(points), args.html)}")
     return 0

@@ -128,6 +128,7 @@ PLUGIN_CASES = [
     (["--hpcnet-target=bogus"], "bogus"),
     (["--hpcnet-max-rounds=1"], "--hpcnet-max-rounds"),
     (["--hpcnet-canary=abc"], "abc"),
+    (["--hpcnet-asv={d}/notadir/asv"], "notadir"),
     (["-o", "hpcnet_strict_warn=maybe"], "maybe"),
 ]
 

@@ -62,10 +62,10 @@ def series_chart(points, *, title: str) -> str:
         plt.close(fig)
 
 
-def render_series_html(claim_id: str, points) -> str:
-    from ..history import SERIES_HEADERS, series_rows
+def render_series_html(claim_id: str, points, headers: list[str], rows: list[list[str]]) -> str:
+    """``headers``/``rows``: the series as the terminal shows it (history owns that table; the report
+    only draws it)."""
     last = points[-1].verdict
-    rows = series_rows(points)
     classes = [{"pass": "pass", "warn": "warn", "fail": "fail"}.get(p.verdict.get("outcome"), "na") for p in points]
     chart = _figure(series_chart(points, title=claim_id), "series",
                     f"{claim_id}: the measured {last.get('kind') or 'value'} per run with its confidence "
@@ -75,12 +75,12 @@ def render_series_html(claim_id: str, points) -> str:
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">', f"<title>{_e(title)}</title>",
         f"<style>{_CSS}</style>", "</head>", "<body>", f"<h1>{_e(title)}</h1>",
         f"<p>{_e(last.get('statement') or '')}</p>", f"<p class=\"muted\">source: {_e(last.get('source'))}</p>",
-        chart, _table(SERIES_HEADERS, rows, numeric={4}, row_classes=classes), "</body>", "</html>", ""])
+        chart, _table(headers, rows, numeric={4}, row_classes=classes), "</body>", "</html>", ""])
 
 
-def write_series_html(claim_id: str, points, path: Path) -> Path:
+def write_series_html(claim_id: str, points, headers: list[str], rows: list[list[str]], path: Path) -> Path:
     path = Path(path)
     if path.is_dir():
         path = path / f"{claim_id}.html"
-    write_atomic(path, render_series_html(claim_id, points))
+    write_atomic(path, render_series_html(claim_id, points, headers, rows))
     return path
