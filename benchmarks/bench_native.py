@@ -32,16 +32,15 @@ from pytest_hpcnet.workloads.local_processes import calls_per_second as local_ca
 
 PATHS = ("floor-native", "rpc-native", "rpc-native-shm", "rpc-python")
 SERVERS = {
-    "floor-native": (["-m", "pytest_hpcnet.workloads.socket_floor", "serve", "--port", "0", "--impl", "native"],
-                     r"^listening (\S+) (\d+)$"),
-    "rpc-native": (["-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0", "--impl", "native",
-                    "--handlers", "1"], r"^listening on \S+ (\S+):(\d+) "),
-    "rpc-native-shm": (["-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0", "--impl", "native",
-                        "--handlers", "1", "--transport", "shm"], r"^listening on \S+ (\S+):(\d+) "),
-    "rpc-native-naive": (["-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0", "--impl", "native",
-                          "--handlers", "1", "--buffers", "naive"], r"^listening on \S+ (\S+):(\d+) "),
-    "rpc-python": (["-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0", "--impl", "python",
-                    "--handlers", "4"], r"^listening on \S+ (\S+):(\d+) "),
+    "floor-native": ["-m", "pytest_hpcnet.workloads.socket_floor", "serve", "--port", "0", "--impl", "native"],
+    "rpc-native": ["-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0", "--impl", "native",
+                    "--handlers", "1"],
+    "rpc-native-shm": ["-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0", "--impl", "native",
+                        "--handlers", "1", "--transport", "shm"],
+    "rpc-native-naive": ["-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0", "--impl", "native",
+                          "--handlers", "1", "--buffers", "naive"],
+    "rpc-python": ["-m", "pytest_hpcnet.reference.rpc.cli", "serve", "--port", "0", "--impl", "python",
+                    "--handlers", "4"],
 }
 
 
@@ -52,8 +51,7 @@ def _require_native() -> None:
 
 
 def _start_server(path: str) -> ServerProcess:
-    args, pattern = SERVERS[path]
-    return ServerProcess(args, pattern, path)
+    return ServerProcess(SERVERS[path], path)
 
 
 class _Timer:

@@ -155,19 +155,19 @@ def rpc_small() -> list[Measurement]:
     measured in interleaved rounds (floor, tcp, shm, floor, ...) so drift hits all alike; a round's
     sample is the median of ``RPC_CALLS`` calls, in µs. Metric ``rpc.echo.rtt``, configs
     ``socket-floor``, ``transport=tcp``, ``transport=shm``."""
-    from pytest_hpcnet.cluster.pool import wait_for_line
+    from pytest_hpcnet.cluster.nodeprogram import await_ready
 
     with local_launchers(1) as (cluster, launchers):
         node = cluster.nodes[0]
         host = node.address("eth")
         floor = launchers.start(node, [sys.executable, "-m", "pytest_hpcnet.workloads.socket_floor", "serve",
                                        "--host", host, "--port", "0"])
-        ports = {"socket-floor": int(wait_for_line(floor, r"^listening \S+ (\d+)$").group(1))}
+        ports = {"socket-floor": await_ready(floor).port}
         for transport in ("tcp", "shm"):
             srv = launchers.start(node, [sys.executable, "-m", "pytest_hpcnet.reference.rpc.cli", "serve",
                                          "--host", host, "--port", "0", "--transport", transport,
                                          "--impl", "python"])
-            ports[f"transport={transport}"] = int(wait_for_line(srv, r"^listening on \S+ \S+:(\d+) ").group(1))
+            ports[f"transport={transport}"] = await_ready(srv).port
         pingers = {"socket-floor": _floor_pinger(host, ports["socket-floor"])}
         for transport in ("tcp", "shm"):
             pingers[f"transport={transport}"] = _rpc_pinger(host, ports[f"transport={transport}"], transport)
@@ -207,8 +207,8 @@ def qjump_small() -> list[Measurement]:
     """Barrier-sync latency alone / under bulk interference / at QJump level 7 on a netns:4 cluster."""
     from pytest_hpcnet.cluster import netns
     from pytest_hpcnet.cluster.pool import Launchers
-    from pytest_hpcnet.qjump import scenarios
-    from pytest_hpcnet.qjump.levels import QJumpParams
+    from pytest_hpcnet.cluster.shaping import QJumpParams
+    from pytest_hpcnet.workloads.qjump import scenarios
 
     if not netns.available():
         raise Unavailable(f"netns cluster: {netns.NEEDS_ROOT}")

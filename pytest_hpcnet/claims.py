@@ -167,19 +167,28 @@ class Claim:
         """A local claim is this project's own gate on the embedded cluster, not a paper's."""
         return self.source.startswith("local:")
 
-    def bound_text(self) -> str:
-        """The bound as people read it, e.g. '>= 2.18 (tolerance 0.05)'."""
+    def stated_bound(self) -> str:
+        """The stated bound alone, e.g. '>= 2.18' or '>= 1 and <= 2'."""
         parts = []
         if self.min is not None:
             parts.append(f">= {_fmt(self.min)}")
         if self.max is not None:
             parts.append(f"<= {_fmt(self.max)}")
+        return " and ".join(parts)
+
+    def admits(self, value: float) -> bool:
+        """Whether one figure (no CI) lies within the stated bound widened by the tolerance."""
+        return not ((self.min is not None and value < self.min - self.tolerance)
+                    or (self.max is not None and value > self.max + self.tolerance))
+
+    def bound_text(self) -> str:
+        """The bound as people read it, e.g. '>= 2.18 (tolerance 0.05)'."""
         extras = []
         if self.tolerance:
             extras.append(f"tolerance {_fmt(self.tolerance)}")
         if self.warn:
             extras.append(f"warn band {_fmt(self.warn)}")
-        return " and ".join(parts) + (f" ({', '.join(extras)})" if extras else "")
+        return self.stated_bound() + (f" ({', '.join(extras)})" if extras else "")
 
     def configs(self) -> tuple[str, ...]:
         """The configuration names the claim compares (the candidate alone for 'absolute')."""

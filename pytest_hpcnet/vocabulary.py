@@ -37,7 +37,7 @@ METRICS: frozenset[str] = frozenset({
     # mapreduce (pytest_hpcnet.workloads.mapreduce)
     *(f"mapreduce.{job}.job_time" for job in _MAPREDUCE),
     *(f"mapreduce.{job}.phase.{phase}" for job in _MAPREDUCE for phase in ("map", "shuffle", "reduce")),
-    # qjump (pytest_hpcnet.qjump.scenarios)
+    # qjump (pytest_hpcnet.workloads.qjump.scenarios)
     "qjump.barrier.p50", "qjump.barrier.p99", "qjump.barrier.p99_9", "qjump.default_level.throughput",
     # crosscheck against Apache Hadoop (suites/crosscheck)
     "terasort.wall", "terasort.yarn_elapsed", "crosscheck.teragen.elapsed", "crosscheck.teragen.vcore_seconds",

@@ -59,27 +59,8 @@ impl Link {
         }
     }
 
-    fn write_all(&mut self, mut buf: &[u8], timeout: Duration) -> io::Result<()> {
-        match self {
-            Link::Tcp(s) => s.write_all(buf),
-            Link::Shm(e) => {
-                let deadline = Instant::now() + timeout;
-                while !buf.is_empty() {
-                    match e.write(buf) {
-                        Ok(n) => buf = &buf[n..],
-                        Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
-                            let now = Instant::now();
-                            if now >= deadline || !e.wait_writable(deadline - now) {
-                                return Err(io::Error::new(io::ErrorKind::TimedOut,
-                                                          "the peer did not drain the ring"));
-                            }
-                        }
-                        Err(err) => return Err(err),
-                    }
-                }
-                Ok(())
-            }
-        }
+    fn write_all(&mut self, buf: &[u8], timeout: Duration) -> io::Result<()> {
+        self.write_all2(buf, &[], timeout)
     }
 
     /// `head` then `body`, in one writev per attempt on tcp (the pooled design's zero-copy framing:

@@ -27,34 +27,17 @@ def fabric_quantity(claim, rdma: float, ip: float) -> float:
     return 1.0 - ratio if claim.kind == "reduction" else ratio
 
 
-def meets_bound(claim, value: float) -> bool:
-    if claim.min is not None and value < claim.min - claim.tolerance:
-        return False
-    if claim.max is not None and value > claim.max + claim.tolerance:
-        return False
-    return True
-
-
-def bound_text(claim) -> str:
-    parts = []
-    if claim.min is not None:
-        parts.append(f">= {claim.min:g}")
-    if claim.max is not None:
-        parts.append(f"<= {claim.max:g}")
-    return " and ".join(parts)
-
-
 def cause(claim, outcome: str, ceiling: float | None, reached: float | None) -> str:
     """One line: whose the verdict is, with the figures."""
     if ceiling is None:
         return "fabric ceiling not measured"
-    allows = f"the fabric alone gives {ceiling:.3g} (claim {bound_text(claim)})"
+    allows = f"the fabric alone gives {ceiling:.3g} (claim {claim.stated_bound()})"
     stack = f", the stack reached {reached:.3g}" if reached is not None else ""
     if outcome == "fail":
-        if meets_bound(claim, ceiling):
+        if claim.admits(ceiling):
             return f"FAIL is the stack's: {allows}{stack}"
         return f"FAIL is the fabric's: {allows}{stack}"
-    if not meets_bound(claim, ceiling):
+    if not claim.admits(ceiling):
         return f"{outcome}, though the fabric alone misses the claim: {allows}{stack}"
     return f"{outcome}: {allows}{stack}"
 
@@ -88,7 +71,7 @@ def attach_ceilings(verdicts: list[dict], measurements: Iterable, claims: Mappin
         net = baseline_net(claim)
         rdma = _median(measurements, metric, "transport=verbs,net=ib")
         ip = _median(measurements, metric, f"transport=tcp,net={net}")
-        paper = (f"{claim.published[0]:g}..{claim.published[1]:g} " if claim.published else "") + f"({bound_text(claim)})"
+        paper = (f"{claim.published[0]:g}..{claim.published[1]:g} " if claim.published else "") + f"({claim.stated_bound()})"
         entry = {"quantity": claim.fabric, "rdma": rdma, "ip": ip, "net": net, "paper": paper,
                  "unit": "us" if claim.fabric == "latency" else "MB/s"}
         if rdma is not None and ip is not None:

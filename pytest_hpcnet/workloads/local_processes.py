@@ -22,10 +22,9 @@ from ..measure import abba
 
 
 class ServerProcess:
-    """``python <args>`` in its own session; ``address`` is the one it announces (``await_ready``).
-    ``pattern`` is ignored: it was the regex each caller used to parse the line (issue 18)."""
+    """``python <args>`` in its own session; ``address`` is the one it announces (``await_ready``)."""
 
-    def __init__(self, args: list[str], pattern: str | None = None, what: str = "server"):
+    def __init__(self, args: list[str], what: str = "server"):
         self.proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True, start_new_session=True)
         try:

@@ -31,9 +31,6 @@ def _tune(sock: socket.socket) -> None:
 
 def _announce(host: str, port: int, impl: str) -> None:
     announce("listening", transport="tcp", address=(host, port), impl=impl)
-    # The same address in the shape benchmarks/common.py still matches with its own regex; goes when
-    # the benchmarks await the announcement (issue 18).
-    print(f"listening {host} {port}", flush=True)
 
 
 def serve(host: str, port: int) -> None:
