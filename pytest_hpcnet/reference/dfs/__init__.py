@@ -8,8 +8,8 @@
 - ``store``: ``BlockStore`` -- starts the metadata service and the datanodes on a cluster's nodes.
 
 Checksums are one CRC over every ``BYTES_PER_CHECKSUM`` = 512 bytes, HDFS's default chunk, of the
-type the writer picks (``checksums``): CRC-32C by default (HDFS's ``dfs.checksum.type`` default), or
-CRC-32 (zlib's). Each replica's meta file records its type. Datanodes run the packet pipeline in the
+type the writer picks (``checksums``): CRC-32C by default (HDFS's ``dfs.checksum.type`` default) where
+the native core computes it, else CRC-32 (zlib's; a pure-Python CRC-32C is far too slow to measure with). Each replica's meta file records its type. Datanodes run the packet pipeline in the
 native core (``impl=native``, ``native.py``) or in Python (``impl=python``); both speak the same wire
 format and mix in one pipeline.
 """

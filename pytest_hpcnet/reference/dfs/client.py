@@ -30,7 +30,7 @@ class DfsClient:
     def __init__(self, meta: tuple[str, int], transport: str = "tcp", *, replication: int = 3,
                  block_size: int = DEFAULT_BLOCK_SIZE, packet_size: int = PACKET_SIZE,
                  bpc: int = BYTES_PER_CHECKSUM, node: str | None = None, timeout: float = 30.0,
-                 checksum: str = checksums.DEFAULT, impl: str | None = None):
+                 checksum: str = checksums.PREFERRED, impl: str | None = None):
         if packet_size <= 0 or packet_size % bpc:
             raise DfsError(f"packet size {packet_size} must be a positive multiple of {bpc}")
         if block_size <= 0 or block_size % bpc:

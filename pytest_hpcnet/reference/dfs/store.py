@@ -73,7 +73,7 @@ class BlockStore:
         self.datanodes[name].kill()
 
     def spec(self, *, replication: int = 3, block_size: int = DEFAULT_BLOCK_SIZE,
-             checksum: str = checksums.DEFAULT) -> dict:
+             checksum: str = checksums.PREFERRED) -> dict:
         return {"kind": "blockstore", "meta": list(self.meta_address), "transport": self.transport,
                 "replication": replication, "block_size": block_size, "checksum": checksum,
                 "impls": dict(self.impls)}
