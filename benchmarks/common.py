@@ -325,7 +325,7 @@ def dfsio_cpu_small() -> list[Measurement]:
     from pytest_hpcnet.measure import run_paired
     from pytest_hpcnet.reference import native
     from pytest_hpcnet.reference.dfs.store import BlockStore
-    from pytest_hpcnet.workloads.dfsio.pipeline_cost import checksum_cpu_ns_per_kib, pipeline_cpu_ms_per_mb
+    from pytest_hpcnet.workloads.dfsio.pipeline_cost import interleaved_checksum_cost, pipeline_cpu_ms_per_mb
 
     if not native.AVAILABLE:
         raise Unavailable(native.WHY_NOT)
@@ -335,9 +335,7 @@ def dfsio_cpu_small() -> list[Measurement]:
         for name, samples in ((paired.baseline_name, paired.baseline), (paired.candidate_name, paired.candidate)):
             out.append(measurement(metric, samples, unit=unit, direction="lower", config=name))
 
-    record(run_paired(lambda: checksum_cpu_ns_per_kib("crc32", "python"),
-                      lambda: checksum_cpu_ns_per_kib("crc32c", "native"), rounds=3,
-                      baseline_name="checksum=crc32,impl=python", candidate_name="checksum=crc32c,impl=native"),
+    record(interleaved_checksum_cost(("crc32", "python"), ("crc32c", "native"), rounds=3),
            "dfsio.checksum.cpu_ns_per_kib", "ns/KiB")
     with local_launchers(2) as (cluster, launchers):
         stores, clients = {}, {}

@@ -8,14 +8,17 @@ system calls and interpreter steps each packet takes.
 - ``pipeline_cpu_ms_per_mb``: one file written through a pipeline of ``replication`` datanodes; the
   CPU milliseconds per MiB of the client (this process) plus every datanode (each reports its own
   ``time.process_time()``, every thread included, through the ``cpu`` op).
-- ``checksum_cpu_ns_per_kib``: per-chunk checksums of a buffer computed in this thread, CPU ns per KiB.
+- ``interleaved_checksum_cost``: per-chunk checksums of a buffer computed in this thread under two
+  settings taking turns, CPU ns per KiB.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 
+from ...measure import Paired, abba
 from ...reference.dfs import checksums
 from ...reference.dfs.client import DfsClient
 
@@ -48,13 +51,67 @@ def pipeline_cpu_ms_per_mb(client: DfsClient, path: str, size_mb: int, replicati
     return spent * 1000 / size_mb
 
 
-def checksum_cpu_ns_per_kib(kind: str, impl: str | None, size: int = 4 << 20, repeat: int = 4) -> float:
-    """CPU ns per KiB of per-512-byte checksums of ``size`` random bytes (best of ``repeat``: the
-    least disturbed pass; this thread's CPU time only)."""
-    data = os.urandom(size)
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.thread_time_ns()
+CHECKSUM_METRIC = "dfsio.checksum.cpu_ns_per_kib"
+
+
+def interleaved_checksum_cost(baseline: tuple[str, str], candidate: tuple[str, str], *, rounds: int,
+                              processes: int = 6, size: int = 256 << 10, passes: int = 40) -> Paired:
+    """Per-512-byte-chunk checksums of a ``size``-byte buffer under two ``(kind, impl)`` settings,
+    taking turns pass by pass (A B, B A, ...): per round, the cheapest of ``passes`` passes of each, in
+    CPU ns per KiB of the computing thread; the rounds are spread over ``processes`` fresh processes,
+    run one after the other.
+
+    Why this shape (measured on this project's 2-core VM):
+    - long passes of each side in turn (4 MiB, the best of 4 of one, then of the other) gave
+      native/Python ratios of 0.08 on an idle box and 0.11 at load 11-19: a neighbour's cache traffic
+      and time slices land on a 4 ms Python pass far more often than on a 0.4 ms native one. Short
+      passes over a buffer that stays in L2 (256 KiB), alternated so both sides see the same CPU
+      state, each side's cheapest pass being one nothing disturbed, gave 0.064-0.072 from idle to
+      load 12 (busy loops and a memory-copy loop beside it);
+    - but about one process in ten kept its own ratio, 0.078-0.082, in every round (with a fresh
+      buffer each round too): a state of the process (where its memory and threads landed), not of
+      the moment. Spreading the rounds over processes keeps one such process from deciding a verdict.
+    """
+    context = multiprocessing.get_context("spawn")
+    sides = (baseline, candidate)
+    base: list[float] = []
+    cand: list[float] = []
+
+    def more(n: int) -> tuple[list[float], list[float]]:
+        per = [n // processes + (i < n % processes) for i in range(min(processes, n))]
+        for count in per:
+            with context.Pool(1) as pool:
+                pairs = pool.apply(_checksum_rounds, (sides, len(base), count, size, passes))
+            for b, c in pairs:
+                base.append(b)
+                cand.append(c)
+        return list(base), list(cand)
+
+    more(rounds)
+    return Paired(checksum_config(*baseline), checksum_config(*candidate), list(base), list(cand),
+                  metric=CHECKSUM_METRIC, more=more)
+
+
+def _checksum_rounds(sides, first: int, rounds: int, size: int, passes: int) -> list[tuple[float, float]]:
+    """``rounds`` paired rounds in this process (see ``interleaved_checksum_cost``)."""
+    data = memoryview(os.urandom(size))
+    kib = size / 1024
+    clock = time.thread_time_ns
+    for kind, impl in sides:   # warm-up: the buffer in cache, the code paths taken once
         checksums.chunk_sums(data, 512, kind, impl=impl)
-        best = min(best, time.thread_time_ns() - start)
-    return best / (size / 1024)
+    out = []
+    for r in range(first, first + rounds):
+        best = [float("inf"), float("inf")]
+        for forward in abba(passes, r):
+            for i in ((0, 1) if forward else (1, 0)):
+                kind, impl = sides[i]
+                start = clock()
+                checksums.chunk_sums(data, 512, kind, impl=impl)
+                best[i] = min(best[i], clock() - start)
+        out.append((best[0] / kib, best[1] / kib))
+    return out
+
+
+def checksum_config(kind: str, impl: str) -> str:
+    """The configuration name a checksum measurement is recorded under (``checksum=crc32c,impl=native``)."""
+    return f"checksum={kind},impl={impl}"
