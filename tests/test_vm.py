@@ -27,6 +27,7 @@ from pytest_hpcnet.cluster.inventory import load_inventory
 from pytest_hpcnet.vm.commands import DEFAULT_TESTS
 from pytest_hpcnet.reference.transport import TRANSPORTS, TransportError, get_transport
 from pytest_hpcnet.reference.transport import verbs
+from pytest_hpcnet.report.html import render_html
 from pytest_hpcnet.vm import boot, build, guest
 from pytest_hpcnet.vm.guest import VmError
 
@@ -343,4 +344,16 @@ def test_verbs_suites_pass_in_the_soft_roce_guest(tmp_path, measure):
     verdicts = {v["claim_id"]: v["outcome"] for v in results.load(record).verdicts}
     evaluated = {cid for cid, outcome in verdicts.items() if outcome in ("pass", "warn", "fail")}
     assert evaluated == guest.REHEARSED_CLAIMS, verdicts
-    assert any(m.config.startswith("transport=verbs") for m in results.load(record).measurements)
+    rehearsed = results.load(record)
+    assert any(m.config.startswith("transport=verbs") for m in rehearsed.measurements)
+    # beside every rehearsed RDMA claim, the fabric alone (perftest on rxe0 against qperf over the same
+    # netdev), in the record and in the HTML report; qperf's side always, perftest's where its clock
+    # calibration gave figures (the verdict's fabric entry says why otherwise)
+    fabric = {(m.metric, m.config) for m in rehearsed.measurements if m.metric.startswith("fabric.")}
+    assert {("fabric.latency", "transport=tcp,net=ib"), ("fabric.bandwidth", "transport=tcp,net=ib")} <= fabric, \
+        (fabric, [v.get("fabric") for v in rehearsed.verdicts])
+    entries = {v["claim_id"]: v.get("fabric") for v in rehearsed.verdicts if v["claim_id"] in guest.REHEARSED_CLAIMS}
+    assert all(entries.values()), entries
+    assert all(e.get("ceiling") is not None or e.get("why") for e in entries.values()), entries
+    page = render_html(rehearsed)
+    assert 'id="fabric-ceilings"' in page and all(cid in page for cid in guest.REHEARSED_CLAIMS)

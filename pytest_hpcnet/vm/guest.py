@@ -22,7 +22,10 @@ from ..errors import HpcnetError
 from ..timeouts import ENV as TIMEOUT_ENV
 
 SUITE = "bookworm"
-PACKAGES = ("python3", "python3-pyverbs", "rdma-core", "ibverbs-providers", "perftest", "iproute2", "kmod")
+# perftest and qperf: the fabric's own ceiling beside each rehearsed RDMA claim (ib_send_lat/ib_write_bw
+# on rxe0 against qperf's tcp_lat/tcp_bw over the same netdev's address)
+PACKAGES = ("python3", "python3-pyverbs", "rdma-core", "ibverbs-providers", "perftest", "qperf", "iproute2",
+            "kmod")
 # Python packages the project needs at run time in the guest (Debian bookworm's pytest/numpy/protobuf
 # are older than pyproject.toml's minimums, so these come from PyPI as cp311 wheels, the guest's Python).
 PYTHON_REQUIREMENTS = ("pytest>=8", "pytest-timeout>=2.3", "numpy>=1.26", "scipy>=1.11", "tabulate>=0.9",
