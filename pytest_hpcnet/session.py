@@ -114,6 +114,7 @@ class HpcnetSession:
             shutil.rmtree(self._tmp, ignore_errors=True)
             raise
         self.launchers = Launchers(self.cluster, self._tmp / "logs")
+        self._workloads = None
         self._probes = self.probes_from_json(worker_probes) if worker_probes is not None else None
         self.measurements: list[Measurement] = []
         self.verdicts: list[dict] = []
@@ -123,6 +124,14 @@ class HpcnetSession:
         self.late_verdicts: list[Verdict] = []     # claims judged at the end from recorded measurements
         self.fabric_notes: dict[str, list[str]] = {}   # claim id -> why a side of its fabric ceiling is missing
         self._fabric_done: dict[tuple, list[str]] = {}
+
+    @property
+    def workloads(self):
+        """The target's workloads on this run's cluster (``targets.Workloads``; what the ``target``
+        fixture hands the tests). Whatever they start stops in ``close()``."""
+        if self._workloads is None:
+            self._workloads = self.target.workloads(self.cluster, self.launchers, self._tmp / "target")
+        return self._workloads
 
     def _target_configs(self) -> list[str]:
         """The configuration names the target knows (part of the claims' vocabulary)."""
@@ -371,5 +380,10 @@ class HpcnetSession:
                       f"benchmark(s)); cd {self.asv_dir} && asv publish")
 
     def close(self) -> None:
-        self.launchers.close()
+        try:
+            if self._workloads is not None:
+                self._workloads.close()
+        finally:
+            self._workloads = None
+            self.launchers.close()
         shutil.rmtree(self._tmp, ignore_errors=True)

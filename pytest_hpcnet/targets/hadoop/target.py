@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ...errors import ConfigError
 from .. import register
+from .budget import TEST_S
 from .runtime import HadoopUnavailable, find_runtime
 
 # Built-in configurations, each differing from "default" in one real setting: small jobs in the AM's
@@ -64,6 +65,8 @@ def parse_define_name(name: str, where: str) -> dict[str, str]:
 @register
 class HadoopTarget:
     name = "hadoop"
+    # a test that drives it gets this pytest-timeout: it may pay the MiniCluster's start-up (budget)
+    test_timeout = TEST_S
 
     def __init__(self, configs_file: str | None = None, env=os.environ):
         self.configs_file = configs_file or env.get("HPCNET_HADOOP_CONFIGS")
@@ -81,6 +84,16 @@ class HadoopTarget:
             return parse_define_name(config, where)
         raise ConfigError(f"unknown Hadoop configuration {config!r} (known: {', '.join(sorted(configs))}, "
                           "or -Dkey=value)", where)
+
+    def sample_configs(self) -> list[str]:
+        """What a conformance job runs under: the stack as configured (each job costs a JVM or more)."""
+        return ["default"] if "default" in self.configurations() else [""]
+
+    def workloads(self, cluster, launchers, workdir):
+        """Hadoop's own programs on a MiniCluster of this host (``cluster`` and ``launchers`` are not
+        used: the MiniCluster is Hadoop's)."""
+        from .workloads import HadoopWorkloads
+        return HadoopWorkloads(self, cluster, launchers, workdir)
 
     def runtime(self):
         """The Hadoop to drive (HADOOP_HOME or the jar dir); HadoopUnavailable says what is missing."""
