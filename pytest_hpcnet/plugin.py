@@ -17,12 +17,14 @@ from .measure import Measurement, Paired
 from .report.terminal import (choose_tables, fabric_table, measurements_summary, measurements_table,
                               verdicts_summary, verdicts_table)
 from .session import HpcnetSession
+from . import targets as target_registry
 from .targets import NotOffered
 from .targets.hadoop.budget import TEST_S as HADOOP_TEST_S
 
 _KEY = pytest.StashKey[HpcnetSession]()
 _RESTORE = pytest.StashKey[object]()
 _HOOK_LAUNCHERS = pytest.StashKey[list]()
+_HOOK_TARGETS = pytest.StashKey[list]()
 
 
 class ClaimWarning(UserWarning):
@@ -71,6 +73,7 @@ def pytest_configure(config):
     workerinput = getattr(config, "workerinput", None)
     try:
         config.stash[_HOOK_LAUNCHERS] = launcher_registry.register_from_hook(config.hook.pytest_hpcnet_launchers())
+        config.stash[_HOOK_TARGETS] = target_registry.register_from_hook(config.hook.pytest_hpcnet_targets())
         session = HpcnetSession(_settings(config), rootdir=config.rootpath, args=list(config.args),
                                 worker_probes=workerinput.get("hpcnet_probes") if workerinput else None)
     except HpcnetError as e:
@@ -113,6 +116,8 @@ def pytest_unconfigure(config):
         config.stash.get(_RESTORE, lambda: None)()
         for cls in config.stash.get(_HOOK_LAUNCHERS, []):
             launcher_registry.unregister(cls)
+        for cls in config.stash.get(_HOOK_TARGETS, []):
+            target_registry.unregister(cls)
 
 
 def _session(config) -> HpcnetSession:
