@@ -21,7 +21,7 @@ from .cluster import load_cluster
 from .cluster.pool import Launchers
 from .measure import DEFAULT_ROUNDS, Measurement, Paired
 from .results import RunRecord, new_run_id, provenance
-from .targets import load_target
+from .targets import load_target, vocabulary_of
 from .vocabulary import Vocabulary
 
 
@@ -107,7 +107,7 @@ class HpcnetSession:
             self.claims: dict[str, Claim] = load_claims(discover_claim_files(self.rootdir, self.args) + user_files,
                                                         vocabulary=declared)
             self.vocabulary = Vocabulary(metrics=declared.get("metrics", ()), configs=declared.get("configs", ()),
-                                         target_configs=self._target_configs())
+                                         targets=self._target_vocabularies())
             for claim in self.claims.values():
                 self.vocabulary.check_claim(claim)
         except BaseException:
@@ -133,12 +133,16 @@ class HpcnetSession:
             self._workloads = self.target.workloads(self.cluster, self.launchers, self._tmp / "target")
         return self._workloads
 
-    def _target_configs(self) -> list[str]:
-        """The configuration names the target knows (part of the claims' vocabulary)."""
-        try:
-            return list(self.target.configurations())
-        except HpcnetError:
-            return []
+    def _target_vocabularies(self) -> list:
+        """The reference's vocabulary (the shipped suites' claims use its names) and the run's target's,
+        if another: what configuration names claims may use."""
+        vocabularies = [vocabulary_of(load_target("reference"))]
+        if self.target.name != "reference":
+            try:
+                vocabularies.append(vocabulary_of(self.target))
+            except HpcnetError:   # e.g. an unreadable HPCNET_HADOOP_CONFIGS: its tests say so when run
+                pass
+        return vocabularies
 
     # -- hardware ---------------------------------------------------------------------------------
     @property

@@ -102,6 +102,9 @@ class Workloads:
     def describe(self) -> dict:
         return self.target.describe()
 
+    def vocabulary(self):
+        return vocabulary_of(self.target)
+
     def sample_configs(self) -> list[str]:
         """The configurations a conformance test runs each job under (each one costs a job)."""
         return list(getattr(self.target, "sample_configs", lambda: [""])())
@@ -167,6 +170,15 @@ class Target(Protocol):
     def configurations(self) -> dict[str, dict]: ...
     def describe(self) -> dict: ...
     def workloads(self, cluster, launchers, workdir: Path) -> Workloads: ...
+    # optional: def vocabulary(self) -> vocabulary.TargetVocabulary -- the keys (values, meaning) and
+    # words its configuration names use; without it, what its configurations' names imply
+
+
+def vocabulary_of(target):
+    """A target's declared vocabulary, or the one its configuration names imply."""
+    from ..vocabulary import vocabulary_of_configurations
+    declared = getattr(target, "vocabulary", None)
+    return declared() if callable(declared) else vocabulary_of_configurations(target.name, target.configurations())
 
 
 TARGETS: dict[str, type] = {}

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
+from ..vocabulary import ConfigKey, TargetVocabulary
 from . import Scratch, TargetUnavailable, WorkloadResult, Workloads, register
 
 # The engine configurations a conformance job runs under: both transports, both intermediate dirs,
@@ -18,19 +19,48 @@ SAMPLE_CONFIGS = ["transport=tcp,intermediate=local,shuffle=fetch", "transport=s
                   "transport=tcp,intermediate=shared,shuffle=fetch", "transport=shm,intermediate=shared,shuffle=direct"]
 
 
+# The reference's keys besides the MapReduce engine's own (transport, intermediate, shuffle, net: declared
+# with the engine, reference/mapreduce/engine/config.py), and its single-word configuration parts.
+KEYS: dict[str, ConfigKey] = {
+    "buffers": ConfigKey(("pooled", "naive"), "RPC buffer management: a pool of pre-registered buffers sized by "
+                         "message-size locality, or allocate and copy per message (like default Hadoop RPC)"),
+    "impl": ConfigKey(("native", "python"), "who runs the hot paths: the compiled core or the Python reference"),
+    "checksum": ConfigKey(("crc32c", "crc32"), "the block store's chunk checksum"),
+    "fs": ConfigKey(("posix", "blockstore"), "TestDFSIO's file system: a POSIX directory or the block store"),
+    "fsync": ConfigKey(("none", "close", "every-buffer"), "when TestDFSIO's POSIX writer syncs its file"),
+    "replication": ConfigKey(None, "block store replicas of each block"),
+    "client": ConfigKey(("hadoop", "ours"), "whose RPC client a Hadoop-interoperation measurement used"),
+    "server": ConfigKey(("hadoop", "ours"), "whose RPC server a Hadoop-interoperation measurement used"),
+}
+WORDS: dict[str, str] = {
+    "posix": "TestDFSIO on a POSIX directory",
+    "blockstore": "TestDFSIO on the reference block store",
+    "alone": "QJump experiment: barrier-sync latency with nothing else on the link",
+    "interference": "QJump experiment: barrier-sync latency beside bulk TCP flows",
+    "qjump": "QJump experiment: the barrier-sync traffic in a priority class",
+    "hadoop": "Apache Hadoop's side of a measurement taken beside the reference",
+}
+# Keys whose every value names a configuration of its own in ``configurations()``.
+CONFIGURATION_KEYS = ("transport", "buffers", "net", "intermediate", "shuffle")
+
+
 @register
 class ReferenceTarget:
     name = "reference"
 
-    def configurations(self) -> dict[str, dict]:
-        """One entry per setting a named configuration may name (``transport=shm,buffers=naive``).
+    def vocabulary(self) -> TargetVocabulary:
+        """Every key and word the reference's configuration names use, with their values and meaning."""
+        from ..reference.mapreduce.engine.config import KEYS as ENGINE_KEYS
+        return TargetVocabulary(self.name, {**ENGINE_KEYS, **KEYS}, dict(WORDS))
 
-        Transports are the ones that can run here (``verbs`` only with pyverbs and an active RDMA port).
-        """
+    def configurations(self) -> dict[str, dict]:
+        """One entry per setting a named configuration may name (``transport=shm,buffers=naive``), from
+        the vocabulary. Transports are the ones that can run here (``verbs`` only with pyverbs and an
+        active RDMA port)."""
         from ..reference.transport import TRANSPORTS
-        settings = {"transport": sorted(TRANSPORTS), "buffers": ["pooled", "naive"], "net": ["eth", "ib"],
-                    "intermediate": ["local", "shared"], "shuffle": ["fetch", "direct"]}
-        return {f"{key}={value}": {key: value} for key, values in settings.items() for value in values}
+        keys = self.vocabulary().keys
+        return {f"{key}={value}": {key: value} for key in CONFIGURATION_KEYS for value in keys[key].values
+                if key != "transport" or value in TRANSPORTS}
 
     def sample_configs(self) -> list[str]:
         return list(SAMPLE_CONFIGS)
