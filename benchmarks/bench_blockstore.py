@@ -32,8 +32,7 @@ import time
 import zlib
 from pathlib import Path
 
-from pytest_hpcnet.cluster import local_cluster
-from pytest_hpcnet.cluster.pool import Launchers
+from pytest_hpcnet import cluster as clusters
 from pytest_hpcnet.reference import native
 from pytest_hpcnet.reference.dfs import checksums
 from pytest_hpcnet.reference.dfs.store import BlockStore
@@ -109,12 +108,11 @@ def store_mb_s(store: BlockStore, size_mb: int, replication: int, path: str, imp
 
 def compare(size_mb: int, rounds: int, directory: Path | None) -> dict:
     root = Path(tempfile.mkdtemp(prefix="hpcnet-bench-blockstore-", dir=directory))
-    cluster = local_cluster(4, root)
     samples: dict[str, list[float]] = {}
     impls = ["native", "python"] if native.AVAILABLE else ["python"]
     stores = {}
     try:
-        with Launchers(cluster, root / "logs") as launchers:
+        with clusters.open("local:4", root) as (cluster, launchers):
             for impl in impls:
                 stores[impl] = BlockStore(launchers, cluster, transport="tcp", impl=impl,
                                           dirs={n.name: root / impl / n.name for n in cluster.nodes}).start()

@@ -21,8 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pytest_hpcnet.cluster import local_cluster
-from pytest_hpcnet.cluster.pool import Launchers
+from pytest_hpcnet import cluster as clusters
 from pytest_hpcnet.workloads.dfsio import FsTarget, parse_dfsio_args, run_dfsio
 
 DEFAULT_SIZE_MB = 256
@@ -52,10 +51,9 @@ def compare(directory: Path, size_mb: int, rounds: int = 1) -> dict:
     """``rounds`` paired rounds, alternating which writer goes first (A B, B A, ...) so drift on a
     shared machine hits both alike. The headline ratio is the median of per-round ratios."""
     root = Path(tempfile.mkdtemp(prefix="hpcnet-bench-dfsio-"))
-    cluster = local_cluster(1, root)
     dd, ours = [], []
     try:
-        with Launchers(cluster, root / "logs") as launchers:
+        with clusters.open("local:1", root) as (cluster, launchers):
             for r in range(rounds):
                 if r % 2 == 0:
                     dd.append(dd_write_mb_s(directory, size_mb))

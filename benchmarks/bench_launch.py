@@ -30,8 +30,8 @@ class Bench:
     """One node reached through ``kind``; ``launch()`` starts ``true`` there and waits for it."""
 
     def __init__(self, kind: str):
+        from pytest_hpcnet import cluster as clusters
         from pytest_hpcnet.cluster import load_cluster, local_cluster, netns, slurmbox, sshd
-        from pytest_hpcnet.cluster.pool import Launchers
         self.stack = ExitStack()
         self.root = Path(tempfile.mkdtemp(prefix=f"hpcnet-bench-{kind}-"))
         self.stack.callback(shutil.rmtree, self.root, ignore_errors=True)
@@ -53,7 +53,7 @@ class Bench:
                         raise SkipNotImplemented(why)
                     box = self.stack.enter_context(slurmbox.EmbeddedSlurm(hosts, self.root / "slurm"))
                     cluster = load_cluster(str(box.write_inventory(self.root / "slurm.toml")), self.root)
-            self.launchers = self.stack.enter_context(Launchers(cluster, self.root / "logs"))
+            _, self.launchers = self.stack.enter_context(clusters.open(cluster, self.root))
             self.node = cluster.nodes[0]
             self.launch()          # the first start opens the ssh master / the slurm allocation
         except BaseException:

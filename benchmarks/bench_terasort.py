@@ -19,6 +19,7 @@ import shutil
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -56,13 +57,12 @@ class _Rig:
     """local:4 cluster + engine + input, in a temporary directory removed by ``close``."""
 
     def __init__(self, rows: int, input_dir: Path | None = None):
-        from pytest_hpcnet.cluster import local_cluster
-        from pytest_hpcnet.cluster.pool import Launchers
+        from pytest_hpcnet import cluster as clusters
         from pytest_hpcnet.reference.mapreduce.engine import jobs
         from pytest_hpcnet.reference.mapreduce.engine.driver import Engine
         self.tmp = Path(tempfile.mkdtemp(prefix="hpcnet-bench-terasort-"))
-        self.cluster = local_cluster(NODES, self.tmp / "cluster")
-        self.launchers = Launchers(self.cluster, self.tmp / "logs")
+        self._stack = ExitStack()
+        self.cluster, self.launchers = self._stack.enter_context(clusters.open(f"local:{NODES}", self.tmp))
         try:
             self.engine = Engine(self.cluster, self.launchers, job_timeout=3600).start()
             if input_dir is None:
@@ -90,7 +90,7 @@ class _Rig:
             if getattr(self, "engine", None) is not None:
                 self.engine.close()
         finally:
-            self.launchers.close()
+            self._stack.close()
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 

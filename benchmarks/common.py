@@ -104,16 +104,10 @@ def benchmark_name(claim: Claim) -> str:
 @contextmanager
 def local_launchers(n: int):
     """(cluster, launchers) for ``local:n`` in a temporary directory; every process is killed after."""
-    from pytest_hpcnet.cluster import local_cluster
-    from pytest_hpcnet.cluster.pool import Launchers
+    from pytest_hpcnet import cluster as clusters
 
-    with tempfile.TemporaryDirectory(prefix="hpcnet-asv-") as tmp:
-        cluster = local_cluster(n, Path(tmp) / "cluster")
-        launchers = Launchers(cluster, Path(tmp) / "logs")
-        try:
-            yield cluster, launchers
-        finally:
-            launchers.close()
+    with tempfile.TemporaryDirectory(prefix="hpcnet-asv-") as tmp, clusters.open(f"local:{n}", Path(tmp)) as opened:
+        yield opened
 
 
 # --- small-scale workloads ----------------------------------------------------------------------------
@@ -205,8 +199,8 @@ QJUMP_WARMUP = 50
 @workload
 def qjump_small() -> list[Measurement]:
     """Barrier-sync latency alone / under bulk interference / at QJump level 7 on a netns:4 cluster."""
+    from pytest_hpcnet import cluster as clusters
     from pytest_hpcnet.cluster import netns
-    from pytest_hpcnet.cluster.pool import Launchers
     from pytest_hpcnet.cluster.shaping import QJumpParams
     from pytest_hpcnet.workloads.qjump import scenarios
 
@@ -215,21 +209,14 @@ def qjump_small() -> list[Measurement]:
     params = QJumpParams(bytesq=256, timeq=20, rates=(100, 1, 1, 1, 1, 1, 1, 1))
     prefix = ("chrt", "-f", "10") if shutil.which("chrt") else ()
     with tempfile.TemporaryDirectory(prefix="hpcnet-asv-qjump-") as tmp:
-        cluster = netns.netns_cluster(QJUMP_NODES, Path(tmp) / "cluster", link_rate=QJUMP_LINK_RATE,
-                                      qjump=params)
-        launchers = Launchers(cluster, Path(tmp) / "logs")
-        try:
+        built = netns.netns_cluster(QJUMP_NODES, Path(tmp) / "cluster", link_rate=QJUMP_LINK_RATE, qjump=params)
+        with clusters.open(built, Path(tmp)) as (cluster, launchers):
             exp = scenarios.run_experiment(launchers, cluster.nodes, Path(tmp) / "bs", rounds=QJUMP_ROUNDS,
                                            repetitions=QJUMP_REPETITIONS, warmup=QJUMP_WARMUP,
                                            flows=QJUMP_FLOWS, level=QJUMP_LEVEL, prefix=prefix)
             return scenarios.measurements(exp, cluster.nodes, level=QJUMP_LEVEL, flows=QJUMP_FLOWS,
                                           rounds=QJUMP_ROUNDS, link_rate=QJUMP_LINK_RATE,
                                           cluster=cluster.source)
-        finally:
-            try:
-                launchers.close()
-            finally:
-                netns.teardown(cluster)
 
 
 # The MapReduce suite's local claims at a smaller scale: every configuration a local mapreduce claim names,

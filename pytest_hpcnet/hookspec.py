@@ -51,3 +51,63 @@ def pytest_hpcnet_launchers():
         [project.entry-points."pytest_hpcnet.launchers"]
         nice = "vendor_hpcnet.launch:NiceLauncher"
     """
+
+
+@hookspec
+def pytest_hpcnet_targets():
+    """Return target classes to add to the registry for this run (before the target is loaded).
+
+    A target is a stack under test (see :mod:`pytest_hpcnet.targets`): a class with a ``name``,
+    ``configurations()`` (the named configurations claims may refer to), ``describe()`` (for the run
+    record) and ``workloads(cluster, launchers, workdir)``, which returns a ``targets.Workloads``
+    subclass. Its methods (``teragen``, ``terasort``, ``teravalidate``, ``randomwriter``, ``sort``,
+    ``sortvalidate``, ``dfsio``, ``rpc_server``, ``rpc_client``) run the suites' workloads on the stack;
+    one it does not implement skips the tests that need it, naming the target and the workload.
+    ``--hpcnet-target <name>`` selects it, and the conformance suites (``suites/mapreduce``,
+    ``suites/dfsio``) run on it unchanged. A name already taken by another class is refused with a
+    one-line error. Example::
+
+        # conftest.py
+        import time
+        from pathlib import Path
+
+        from pytest_hpcnet.reference.mapreduce.teragen import teragen
+        from pytest_hpcnet.targets import WorkloadResult, Workloads
+
+
+        class TinyWorkloads(Workloads):
+            \"\"\"TeraGen only, in this process: every other workload skips, naming itself.\"\"\"
+            offered = frozenset({"teragen"})
+
+            def teragen(self, rows, outdir, *, maps=1, start_row=0):
+                t0 = time.perf_counter()
+                r = teragen(rows, Path(outdir), maps=maps, start_row=start_row)
+                return WorkloadResult("teragen", time.perf_counter() - t0, r.rows, {"checksum": r.checksum_hex})
+
+
+        class TinyTarget:
+            \"\"\"A stack whose one workload is TeraGen.\"\"\"
+            name = "tiny"
+
+            def configurations(self):
+                return {"default": {}}
+
+            def describe(self):
+                return {"name": self.name, "version": "1.0"}
+
+            def workloads(self, cluster, launchers, workdir):
+                return TinyWorkloads(self, cluster, launchers, workdir)
+
+
+        def pytest_hpcnet_targets():
+            return [TinyTarget]
+
+    A package that ships a target for everyone who installs it names the class under the entry point
+    group ``pytest_hpcnet.targets`` instead (the entry point's name is the target's name); it is then
+    known to pytest and the ``hpcnet`` command alike, without this hook (``tests/data/
+    example_target_plugin`` is such a package)::
+
+        # pyproject.toml of the vendor's package
+        [project.entry-points."pytest_hpcnet.targets"]
+        tiny = "vendor_hpcnet.target:TinyTarget"
+    """

@@ -17,11 +17,14 @@ from .measure import Measurement, Paired
 from .report.terminal import (choose_tables, fabric_table, measurements_summary, measurements_table,
                               verdicts_summary, verdicts_table)
 from .session import HpcnetSession
+from . import targets as target_registry
+from .targets import NotOffered
 from .targets.hadoop.budget import TEST_S as HADOOP_TEST_S
 
 _KEY = pytest.StashKey[HpcnetSession]()
 _RESTORE = pytest.StashKey[object]()
 _HOOK_LAUNCHERS = pytest.StashKey[list]()
+_HOOK_TARGETS = pytest.StashKey[list]()
 
 
 class ClaimWarning(UserWarning):
@@ -70,6 +73,7 @@ def pytest_configure(config):
     workerinput = getattr(config, "workerinput", None)
     try:
         config.stash[_HOOK_LAUNCHERS] = launcher_registry.register_from_hook(config.hook.pytest_hpcnet_launchers())
+        config.stash[_HOOK_TARGETS] = target_registry.register_from_hook(config.hook.pytest_hpcnet_targets())
         session = HpcnetSession(_settings(config), rootdir=config.rootpath, args=list(config.args),
                                 worker_probes=workerinput.get("hpcnet_probes") if workerinput else None)
     except HpcnetError as e:
@@ -112,6 +116,8 @@ def pytest_unconfigure(config):
         config.stash.get(_RESTORE, lambda: None)()
         for cls in config.stash.get(_HOOK_LAUNCHERS, []):
             launcher_registry.unregister(cls)
+        for cls in config.stash.get(_HOOK_TARGETS, []):
+            target_registry.unregister(cls)
 
 
 def _session(config) -> HpcnetSession:
@@ -124,6 +130,10 @@ def _session(config) -> HpcnetSession:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     report = yield
+    if call.excinfo is not None and call.excinfo.errisinstance(NotOffered) and report.failed:
+        # what the target does not offer (a workload, or running here at all) skips, saying so
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), (item.location[1] or 0) + 1, f"Skipped: {call.excinfo.value}")
     hs = item.config.stash.get(_KEY, None)
     if hs is not None and report.skipped and report.when in ("setup", "call"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
@@ -145,14 +155,28 @@ def pytest_collection_modifyitems(session, config, items):
     if hs is None:
         return
     timeouts = config.pluginmanager.hasplugin("timeout")
+    target_timeout = getattr(hs.target, "test_timeout", None)
     for item in items:
         hs.collected_paths.add(Path(item.path).resolve())
         required = [m.name for m in item.iter_markers() if m.name in FEATURES]
         if required and (reason := hs.skip_reason(required)):
             item.add_marker(pytest.mark.skip(reason=reason))
-        # A Hadoop test's budget holds on a loaded box and may include the MiniCluster's start-up.
-        if timeouts and item.get_closest_marker("hadoop") and item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(HADOOP_TEST_S))
+        # A Hadoop test's budget holds on a loaded box and may include the MiniCluster's start-up; a
+        # test driving the run's target gets the budget that target declares (if it declares one).
+        if timeouts and item.get_closest_marker("timeout") is None:
+            if item.get_closest_marker("hadoop"):
+                item.add_marker(pytest.mark.timeout(HADOOP_TEST_S))
+            elif target_timeout and "target" in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.timeout(target_timeout))
+
+
+def pytest_generate_tests(metafunc):
+    """A test asking for ``target_config`` runs once per configuration the target samples for
+    conformance (the reference: four engine configurations; Hadoop: its default)."""
+    if "target_config" in metafunc.fixturenames:
+        hs = metafunc.config.stash.get(_KEY, None)
+        configs = hs.workloads.sample_configs() if hs is not None else [""]
+        metafunc.parametrize("target_config", configs, ids=[c or "default" for c in configs])
 
 
 # -- xdist: probes go out to workers, results come back (optional hooks: xdist may be absent) --------
@@ -255,8 +279,10 @@ def launchers(hpcnet):
 
 @pytest.fixture(scope="session")
 def target(hpcnet):
-    """The stack under test (``--hpcnet-target``) with its named configurations."""
-    return hpcnet.target
+    """The stack under test (``--hpcnet-target``): its ``name``, named ``configurations()`` and the
+    workloads the suites run on it (``targets.Workloads``: ``target.teragen(rows, outdir)``, ...). A
+    workload it lacks, or a stack that cannot run here, skips the test with the reason."""
+    return hpcnet.workloads
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from .cluster import load_cluster
 from .cluster.pool import Launchers
 from .measure import DEFAULT_ROUNDS, Measurement, Paired
 from .results import RunRecord, new_run_id, provenance
-from .targets import load_target
+from .targets import load_target, vocabulary_of
 from .vocabulary import Vocabulary
 
 
@@ -107,13 +107,14 @@ class HpcnetSession:
             self.claims: dict[str, Claim] = load_claims(discover_claim_files(self.rootdir, self.args) + user_files,
                                                         vocabulary=declared)
             self.vocabulary = Vocabulary(metrics=declared.get("metrics", ()), configs=declared.get("configs", ()),
-                                         target_configs=self._target_configs())
+                                         targets=self._target_vocabularies())
             for claim in self.claims.values():
                 self.vocabulary.check_claim(claim)
         except BaseException:
             shutil.rmtree(self._tmp, ignore_errors=True)
             raise
         self.launchers = Launchers(self.cluster, self._tmp / "logs")
+        self._workloads = None
         self._probes = self.probes_from_json(worker_probes) if worker_probes is not None else None
         self.measurements: list[Measurement] = []
         self.verdicts: list[dict] = []
@@ -124,12 +125,24 @@ class HpcnetSession:
         self.fabric_notes: dict[str, list[str]] = {}   # claim id -> why a side of its fabric ceiling is missing
         self._fabric_done: dict[tuple, list[str]] = {}
 
-    def _target_configs(self) -> list[str]:
-        """The configuration names the target knows (part of the claims' vocabulary)."""
-        try:
-            return list(self.target.configurations())
-        except HpcnetError:
-            return []
+    @property
+    def workloads(self):
+        """The target's workloads on this run's cluster (``targets.Workloads``; what the ``target``
+        fixture hands the tests). Whatever they start stops in ``close()``."""
+        if self._workloads is None:
+            self._workloads = self.target.workloads(self.cluster, self.launchers, self._tmp / "target")
+        return self._workloads
+
+    def _target_vocabularies(self) -> list:
+        """The reference's vocabulary (the shipped suites' claims use its names) and the run's target's,
+        if another: what configuration names claims may use."""
+        vocabularies = [vocabulary_of(load_target("reference"))]
+        if self.target.name != "reference":
+            try:
+                vocabularies.append(vocabulary_of(self.target))
+            except HpcnetError:   # e.g. an unreadable HPCNET_HADOOP_CONFIGS: its tests say so when run
+                pass
+        return vocabularies
 
     # -- hardware ---------------------------------------------------------------------------------
     @property
@@ -371,5 +384,10 @@ class HpcnetSession:
                       f"benchmark(s)); cd {self.asv_dir} && asv publish")
 
     def close(self) -> None:
-        self.launchers.close()
+        try:
+            if self._workloads is not None:
+                self._workloads.close()
+        finally:
+            self._workloads = None
+            self.launchers.close()
         shutil.rmtree(self._tmp, ignore_errors=True)

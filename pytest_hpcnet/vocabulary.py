@@ -4,8 +4,10 @@ A misspelled name in a claim would otherwise never meet a measurement and sit si
 (``rpc.echo.latency`` for ``rpc.echo.rtt``, ``transprot=tcp``). ``check_claim`` refuses an unknown name
 with one line and a "did you mean". A user's own test may record metrics and configurations of its own:
 a claims file declares them in a ``[vocabulary]`` table (``metrics = [...]``, ``configs = [...]``, the
-latter as parts: ``"slow"`` or ``"key=value"``), and the target under test adds the configurations it
-names (``Target.configurations()``).
+latter as parts: ``"slow"`` or ``"key=value"``). Configuration keys, their values and their meaning are
+owned by the targets: each declares its ``TargetVocabulary`` (``Target.vocabulary()``), and a run knows
+the reference's (the shipped suites' claims use its names) and its own target's. ``parse_name`` is the
+one parser of configuration names.
 
 ``METRICS`` lists what the workloads and suites record (``tests/test_vocabulary.py`` holds it to the
 modules' own constants and to every shipped claim).
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from .errors import ConfigError
 
@@ -43,23 +46,58 @@ METRICS: frozenset[str] = frozenset({
     "terasort.wall", "terasort.yarn_elapsed", "crosscheck.teragen.elapsed", "crosscheck.teragen.vcore_seconds",
 })
 
-# Configuration parts "key=value": the values each key may take (None: any whole number).
-CONFIG_KEYS: dict[str, tuple[str, ...] | None] = {
-    "transport": ("tcp", "shm", "verbs"),
-    "buffers": ("pooled", "naive"),
-    "net": ("eth", "ib"),
-    "intermediate": ("local", "shared"),
-    "shuffle": ("fetch", "direct"),
-    "impl": ("native", "python"),
-    "checksum": ("crc32c", "crc32"),
-    "fs": ("posix", "blockstore"),
-    "fsync": ("none", "close", "every-buffer"),
-    "replication": None,
-    "client": ("hadoop", "ours"),
-    "server": ("hadoop", "ours"),
-}
-# Configuration parts that are a single word: file system targets, qjump scenarios, the Hadoop stack.
-CONFIG_WORDS: frozenset[str] = frozenset({"posix", "blockstore", "alone", "interference", "qjump", "hadoop"})
+@dataclass(frozen=True)
+class ConfigKey:
+    """A key of configuration names (``transport`` in ``transport=shm``): its values and what it sets."""
+    values: tuple[str, ...] | None          # None: any whole number
+    meaning: str
+
+
+@dataclass(frozen=True)
+class TargetVocabulary:
+    """What a target's configuration names are made of: ``key=value`` parts and single words, each
+    with its meaning (``Target.vocabulary()``; the target is their one owner)."""
+    target: str
+    keys: Mapping[str, ConfigKey] = field(default_factory=dict)
+    words: Mapping[str, str] = field(default_factory=dict)
+
+
+def parse_name(name: str, where: str) -> list[tuple[str, str | None]]:
+    """A configuration name's parts in order, ``(key, value)`` or ``(word, None)``:
+    ``"transport=shm,posix"`` -> ``[("transport", "shm"), ("posix", None)]``; ``""`` -> ``[]``. The one
+    parser of configuration names (claims, ``--config``, the reference engine, the Hadoop target)."""
+    if not isinstance(name, str):
+        raise ConfigError(f"expected a configuration name like 'transport=tcp,net=ib', got {name!r}", where)
+    if not name.strip():
+        return []
+    parts = []
+    for raw in name.split(","):
+        part = raw.strip()
+        if not part:
+            raise ConfigError(f"configuration {name!r} has an empty part", where)
+        key, eq, value = (x.strip() for x in part.partition("="))
+        if eq and (not key or not value):
+            raise ConfigError(f"{part!r} in {name!r} is not key=value", where)
+        parts.append((key, value if eq else None))
+    return parts
+
+
+def vocabulary_of_configurations(target: str, configurations: Mapping[str, Mapping]) -> TargetVocabulary:
+    """The vocabulary a target's named configurations imply, for a target that declares none: each
+    name's ``key=value`` parts and words, meaning the settings the name stands for."""
+    keys: dict[str, tuple[list[str], list[str]]] = {}
+    words: dict[str, str] = {}
+    for name, settings in configurations.items():
+        meaning = (f"{target} configuration {name!r}: " +
+                   (", ".join(f"{k}={v}" for k, v in dict(settings or {}).items()) or "no overrides"))
+        for key, value in parse_name(name, f"target {target!r}: configuration {name!r}"):
+            if value is None:
+                words[key] = meaning
+            else:
+                values, meanings = keys.setdefault(key, ([], []))
+                values.append(value)
+                meanings.append(meaning)
+    return TargetVocabulary(target, {k: ConfigKey(tuple(v), "; ".join(m)) for k, (v, m) in keys.items()}, words)
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
@@ -69,19 +107,28 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
 
 
 class Vocabulary:
-    """The metrics and configuration parts claims may name in this run."""
+    """The metrics and configuration parts claims may name in this run: the targets' vocabularies
+    (``targets``: the reference's, whose names the shipped suites use, and the run's target's) and what
+    claims files declare in ``[vocabulary]``."""
 
     def __init__(self, *, metrics: Iterable[str] = (), configs: Iterable[str] = (),
-                 target_configs: Iterable[str] = ()):
+                 targets: Iterable[TargetVocabulary] = ()):
         self.metrics = set(METRICS) | set(metrics)
-        self.keys: dict[str, set[str] | None] = {k: None if v is None else set(v) for k, v in CONFIG_KEYS.items()}
-        self.words = set(CONFIG_WORDS)
-        for part in [*configs, *(p for c in target_configs for p in c.split(","))]:
-            key, eq, value = part.strip().partition("=")
-            if not eq:
-                self.words.add(key)
-            elif self.keys.get(key, set()) is not None:
-                self.keys.setdefault(key, set()).add(value)
+        self.keys: dict[str, set[str] | None] = {}
+        self.words: set[str] = set()
+        for vocab in targets:
+            for key, spec in vocab.keys.items():
+                if spec.values is None or self.keys.get(key, set()) is None:
+                    self.keys[key] = None
+                else:
+                    self.keys.setdefault(key, set()).update(spec.values)
+            self.words.update(vocab.words)
+        for part in configs:
+            for key, value in parse_name(part, "[vocabulary] configs"):
+                if value is None:
+                    self.words.add(key)
+                elif self.keys.get(key, set()) is not None:
+                    self.keys.setdefault(key, set()).add(value)
 
     def check_metric(self, metric: str, where: str) -> None:
         if metric not in self.metrics:
@@ -89,19 +136,19 @@ class Vocabulary:
                               "own tests goes in the file's [vocabulary] metrics = [...]", where)
 
     def check_config(self, config: str, where: str) -> None:
-        for part in (p.strip() for p in config.split(",")):
-            if not part:
-                raise ConfigError(f"configuration {config!r} has an empty part", where)
-            key, eq, value = part.partition("=")
-            if not eq:
+        if isinstance(config, str) and not config.strip():
+            raise ConfigError(f"configuration {config!r} has an empty part", where)
+        for key, value in parse_name(config, where):
+            if value is None:
+                part = key
                 if part not in self.words:
                     raise ConfigError(f"unknown configuration part {part!r} in {config!r}"
                                       f"{did_you_mean(part, [*self.words, *self.keys])}; your own goes in the "
                                       "file's [vocabulary] configs = [...]", where)
                 continue
             if key not in self.keys:
-                raise ConfigError(f"unknown configuration key {key!r} in {config!r}{did_you_mean(key, self.keys)}",
-                                  where)
+                raise ConfigError(f"unknown configuration key {key!r} in {config!r}{did_you_mean(key, self.keys)} "
+                                  f"(known keys: {', '.join(sorted(self.keys))})", where)
             values = self.keys[key]
             if values is None:
                 if not value.isdigit():
@@ -134,5 +181,8 @@ def declared(doc: Mapping, file: str) -> tuple[list[str], list[str]]:
         names = table.get(key, [])
         if not isinstance(names, list) or not all(isinstance(n, str) and n.strip() for n in names):
             raise ConfigError(f"[vocabulary] {key} must be a list of names, got {names!r}", file)
+        if key == "configs":
+            for n in names:
+                parse_name(n, f"{file}: [vocabulary] configs")
         out.append([n.strip() for n in names])
     return out[0], out[1]

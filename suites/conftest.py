@@ -2,31 +2,27 @@
 
 import pytest
 
-from pytest_hpcnet.targets.hadoop.runtime import HadoopUnavailable, find_runtime
-from pytest_hpcnet.targets.hadoop.shared import shared_minicluster
 
-
-@pytest.fixture(scope="session")   # session-wide: every suite shares the one MiniCluster
-def hadoop_target(target, tmp_path_factory):
-    """(runtime, MiniCluster) when the run's target is Hadoop (``--hpcnet-target hadoop``)."""
-    if target.name != "hadoop":
-        pytest.skip(f"target is {target.name!r}; these run with --hpcnet-target hadoop")
-    try:
-        rt = find_runtime()
-    except HadoopUnavailable as e:
-        pytest.skip(f"Hadoop unavailable: {e}")
-    with shared_minicluster(rt, tmp_path_factory.mktemp("minicluster")) as mc:
-        yield rt, mc
+@pytest.fixture
+def reference_only(request, hpcnet):
+    """A test that drives the reference implementation directly (not through the ``target`` fixture's
+    workloads, and not marked ``hadoop``) would not test another target (``--hpcnet-target hadoop``), so
+    it says so and skips there. The mapreduce and dfsio suites use it for every test (their conftests
+    make it autouse); their tests written against ``target`` run on every target."""
+    target = hpcnet.target
+    uses_target = "target" in getattr(request.node, "fixturenames", ())
+    if target.name != "reference" and not uses_target and request.node.get_closest_marker("hadoop") is None:
+        pytest.skip(f"exercises the reference implementation; target is {target.name!r} "
+                    "(the tests written against the target fixture run on it)")
 
 
 @pytest.fixture
-def reference_only(request, target):
-    """Tests not marked ``hadoop`` drive the reference implementation directly; under another target
-    (``--hpcnet-target hadoop``) they would not test that target, so they say so and skip. The mapreduce
-    and dfsio suites use it for every test (their conftests make it autouse)."""
-    if target.name != "reference" and request.node.get_closest_marker("hadoop") is None:
-        pytest.skip(f"exercises the reference implementation; target is {target.name!r} "
-                    f"(its tests are the test_hadoop_* files)")
+def scratch(target):
+    """A fresh place for this test's job data on the target (``targets.Scratch``: ``local(name)``, a
+    directory here; ``path(name)``, on the target's own file system); removed after the test."""
+    s = target.scratch()
+    yield s
+    s.cleanup()
 
 
 @pytest.fixture

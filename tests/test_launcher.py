@@ -445,3 +445,23 @@ def test_niced(cluster, launchers):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--hpcnet-cluster=cluster.toml",
                                            f"--hpcnet-report={tmp_path / 'report'}", timeout=240)
     result.assert_outcomes(passed=1)
+
+
+def test_cluster_open_is_a_cluster_and_its_launchers_for_a_with_block(tmp_path):
+    """``cluster.open(spec, root)``: the cluster a ``--hpcnet-cluster`` value names, launchers on it, and
+    at the end every process they started is gone; a bad spec is one ConfigError line."""
+    from pytest_hpcnet import cluster as clusters
+    from pytest_hpcnet.errors import ConfigError
+    with clusters.open("local:2", tmp_path) as (cluster, launchers):
+        assert [n.name for n in cluster.nodes] == ["node0", "node1"]
+        assert cluster.nodes[1].workdir == tmp_path / "node1"
+        proc = launchers.start(cluster.nodes[1], ["sleep", "60"])
+        assert proc.poll() is None
+    deadline = time.monotonic() + 10
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is not None
+    with pytest.raises(ConfigError, match="'local:x': expected local:N or netns:N") as e:
+        with clusters.open("local:x", tmp_path, where="--cluster"):
+            pass
+    assert "\n" not in str(e.value)

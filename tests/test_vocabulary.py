@@ -14,10 +14,15 @@ from pytest_hpcnet import vocabulary
 from pytest_hpcnet.claims import Claim, load_claims
 from pytest_hpcnet.cluster import load_cluster
 from pytest_hpcnet.errors import ConfigError
-from pytest_hpcnet.targets import load_target
-from pytest_hpcnet.vocabulary import Vocabulary
+from pytest_hpcnet.targets import load_target, vocabulary_of
+from pytest_hpcnet.vocabulary import Vocabulary, parse_name
 
 ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = vocabulary_of(load_target("reference"))
+
+
+def _reference() -> Vocabulary:
+    return Vocabulary(targets=[REFERENCE])
 
 
 def _claim(**kw) -> Claim:
@@ -28,7 +33,7 @@ def _claim(**kw) -> Claim:
 
 
 def test_every_shipped_claim_uses_known_names():
-    v = Vocabulary(target_configs=load_target("reference").configurations())
+    v = _reference()
     claims = load_claims(sorted(ROOT.glob("suites/*/claims.toml")))
     assert claims
     for claim in claims.values():
@@ -57,7 +62,7 @@ def test_the_registry_holds_the_metric_names_the_code_defines():
 ])
 def test_unknown_names_are_refused_with_a_suggestion(kw, match):
     with pytest.raises(ConfigError, match=re.escape(match)) as e:
-        Vocabulary().check_claim(_claim(**kw))
+        _reference().check_claim(_claim(**kw))
     assert "\n" not in str(e.value) and str(e.value).startswith("mine.toml: claim 'c'")
 
 
@@ -81,7 +86,7 @@ def test_a_files_vocabulary_declares_its_own_metrics_and_configurations(tmp_path
     """))
     declared: dict = {}
     claims = load_claims([path], vocabulary=declared)
-    v = Vocabulary(**declared)
+    v = Vocabulary(**declared, targets=[REFERENCE])
     v.check_claim(claims["mine"])
     with pytest.raises(ConfigError, match="unknown cache 'of'.*did you mean 'off'"):
         v.check_config("cache=of", "x")
@@ -91,8 +96,80 @@ def test_a_files_vocabulary_declares_its_own_metrics_and_configurations(tmp_path
 
 
 def test_the_targets_configurations_are_known():
-    v = Vocabulary(target_configs=load_target("hadoop").configurations())
+    v = Vocabulary(targets=[REFERENCE, vocabulary_of(load_target("hadoop"))])
     v.check_config("uber=off", "x")
+    v.check_config("uber=off,sort.mb=64", "x")
+    with pytest.raises(ConfigError, match=re.escape("unknown sort.mb '32' in 'sort.mb=32' (known: 16, 64)")):
+        v.check_config("sort.mb=32", "x")
+
+
+def test_each_target_owns_its_vocabulary():
+    """Keys, values and meanings come from the target that names them: the reference's engine keys are
+    the engine's own (engine.config.KEYS), its configurations are made from its vocabulary, and the
+    Hadoop target's parts are its configurations' names."""
+    from pytest_hpcnet.reference.mapreduce.engine import config as engine_config
+    for key, spec in engine_config.KEYS.items():
+        assert REFERENCE.keys[key] is spec and engine_config.CHOICES[key] == spec.values
+    assert all(spec.meaning for spec in REFERENCE.keys.values()) and all(REFERENCE.words.values())
+    for name in load_target("reference").configurations():
+        ((key, value),) = parse_name(name, "x")
+        assert value in REFERENCE.keys[key].values
+    hadoop = vocabulary_of(load_target("hadoop"))
+    assert hadoop.keys["sort.mb"].values == ("16", "64") and "mapreduce.task.io.sort.mb=16" in \
+        hadoop.keys["sort.mb"].meaning
+    assert set(hadoop.words) == {"default"}
+
+
+def test_configuration_names_are_parsed_by_one_parser():
+    assert parse_name("transport=shm, posix", "x") == [("transport", "shm"), ("posix", None)]
+    assert parse_name("", "x") == []
+    for bad, message in [("a=1,,b=2", "has an empty part"), ("intermediate=", "is not key=value"),
+                         ("=tcp", "is not key=value")]:
+        with pytest.raises(ConfigError, match=message):
+            parse_name(bad, "x")
+    from pytest_hpcnet.reference.mapreduce.engine.config import parse_config
+    with pytest.raises(ConfigError, match="has an empty part"):
+        parse_config("transport=tcp,,net=ib")
+    with pytest.raises(ConfigError, match="has an empty part"):
+        load_target("hadoop").defines("uber=off,,default")
+
+
+def test_a_config_value_naming_an_unknown_value_is_refused_with_the_known_ones(capsys):
+    from pytest_hpcnet.cli import main as hpcnet_main
+    hadoop = load_target("hadoop")
+    assert hadoop.defines("uber=off,sort.mb=64") == {"mapreduce.job.ubertask.enable": "false",
+                                                     "mapreduce.task.io.sort.mb": "64"}
+    assert hpcnet_main(["crosscheck", "--config", "default", "--config", "sort.mb=32", "--", "teragen", "1G"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--config: unknown Hadoop configuration 'sort.mb=32': sort.mb '32' is not " \
+        "one of 16, 64 (known: default, sort.mb=16, sort.mb=64, uber=off, or -Dkey=value)" in err
+
+
+@pytest.mark.parametrize("target, baseline, candidate, message", [
+    ("reference", "transport=tcp", "transport=carrier",
+     "unknown transport 'carrier' in 'transport=carrier' (known: shm, tcp, verbs)"),
+    ("hadoop", "default", "sort.mb=32", "unknown sort.mb '32' in 'sort.mb=32' (known: 16, 64)"),
+])
+def test_a_claims_file_naming_an_unknown_value_is_refused_at_load(pytester, run_hpcnet, target, baseline,
+                                                                  candidate, message):
+    """At load, before any test: the file, the claim id, and the values the run's targets know."""
+    (pytester.path / "mine.toml").write_text(textwrap.dedent(f"""
+        [[claim]]
+        id = "mine"
+        statement = "s"
+        metric = "mapreduce.terasort.job_time"
+        baseline = "{baseline}"
+        candidate = "{candidate}"
+        kind = "ratio"
+        direction = "lower"
+        max = 1.0
+        source = "me"
+    """))
+    pytester.makepyfile("def test_x(): pass")
+    result = run_hpcnet("--hpcnet-claims=mine.toml", f"--hpcnet-target={target}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*mine.toml: claim 'mine': {message}*"])
+    assert "Traceback" not in result.stderr.str()
 
 
 def test_an_inventory_feature_is_checked(tmp_path):
@@ -134,4 +211,4 @@ def test_the_readmes_claims_examples_use_known_names(tmp_path):
         path = tmp_path / f"readme{i}.toml"
         path.write_text(text)
         for claim in load_claims([path]).values():
-            Vocabulary().check_claim(claim)
+            _reference().check_claim(claim)

@@ -2,12 +2,15 @@
 
 ``load_cluster(spec)`` turns what the user wrote after ``--hpcnet-cluster`` into a ``Cluster``:
 ``local:N`` (N nodes on this host), ``netns:N`` (namespaces, see ``netns``), ``slurm`` (inside an
-allocation: its nodes, see ``slurm``), or a TOML inventory path.
+allocation: its nodes, see ``slurm``), or a TOML inventory path. ``open(spec, root)`` is the same as a
+context: the cluster and launchers on it, everything they started killed (and embedded namespaces
+torn down) at the end.
 """
 
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -57,3 +60,21 @@ def load_cluster(spec: str, root: Path, where: str | None = None, sysroot: Path 
         raise ConfigError(f"{spec!r} is neither local:N, netns:N, slurm nor an existing inventory file", where)
     from .inventory import load_inventory
     return load_inventory(path)
+
+
+@contextmanager
+def open(spec: str | Cluster, root: Path, *, where: str | None = None):  # noqa: A001 (cluster.open)
+    """``with cluster.open("local:4", root) as (c, launchers):`` -- ``spec`` as ``--hpcnet-cluster`` takes
+    it (or a ``Cluster`` already built); node dirs under ``root``, the launchers' logs in ``root/logs``.
+    At the end every process the launchers started is killed and a netns cluster's namespaces go."""
+    from .pool import Launchers
+    built = spec if isinstance(spec, Cluster) else load_cluster(spec, Path(root), where)
+    launchers = Launchers(built, Path(root) / "logs")
+    try:
+        yield built, launchers
+    finally:
+        try:
+            launchers.close()
+        finally:
+            if any(node.launcher == "netns" for node in built.nodes):
+                netns.teardown(built)

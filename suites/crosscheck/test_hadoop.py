@@ -7,7 +7,7 @@ TeraSort wall time on Hadoop vs the reference engine, TestDFSIO write on MiniDFS
 block store, and echo calls/s of Hadoop's Java RPC vs ours with the same client count.
 
 Sizes are small (CI is a 2-core box; every MapReduce job costs ~25 s of JVM start-up alone), and
-RandomWriter/Sort/SortValidator (four jobs) live in suites/mapreduce/test_hadoop_conformance.py, which
+RandomWriter/Sort/SortValidator (four jobs) live in suites/mapreduce/test_conformance.py, which also
 runs with ``--hpcnet-target hadoop``, to keep this file within its CI budget.
 """
 

@@ -1,6 +1,9 @@
 """TestDFSIO conformance: formulas, the printed block and result file, every test type, read-back
 verification, bad options, and what happens when a datanode dies mid-write.
 
+``test_write_then_read_blocks_on_the_target`` is written against the ``target`` fixture and runs on
+every target (the reference block store; Hadoop's TestDFSIO on MiniDFS under ``--hpcnet-target
+hadoop``); the others drive the reference implementation directly and skip under another target.
 Sizes are tiny (CI is a 2-core box); block sizes are scaled down so files span several blocks.
 """
 
@@ -38,6 +41,26 @@ def test_formulas_hand_computed_example():
     assert " Average IO rate mb/sec: 24\n" in block
     assert "  IO rate std deviation: 8\n" in block
     assert "     Test exec time sec: 4.5\n" in block
+
+
+def test_write_then_read_blocks_on_the_target(target, tmp_path):
+    """The block the target's TestDFSIO prints has the layout and figures Hadoop 3.4's does (labels,
+    ``#.##`` numbers, files x size MB), the result file is appended per run, write then read complete."""
+    res = tmp_path / "TestDFSIO_results.log"
+    for kind in ("-write", "-read"):
+        result = target.dfsio([kind, "-nrFiles", "3", "-size", "1MB"], res_file=res)
+        assert result.records == 3 and result.details["total_mb"] == 3
+    blocks = [b for b in res.read_text().split("\n\n") if b.strip()]
+    assert len(blocks) == 2
+    for block, kind in zip(blocks, ("write", "read")):
+        lines = block.strip("\n").split("\n")
+        assert len(lines) == 8
+        for line, label in zip(lines, LABELS):
+            assert line.startswith(label), line
+        assert lines[0] == f"----- TestDFSIO ----- : {kind}"
+        assert lines[2].endswith(": 3") and lines[3].endswith(": 3")
+        for line in lines[4:8]:
+            assert re.fullmatch(NUMBER, line.split(": ", 1)[1]), line
 
 
 def test_write_block_layout_and_result_file(launchers, cluster, workdirs, tmp_path, measure):

@@ -1,5 +1,6 @@
-"""Fixtures of the mapreduce suite: one engine (a worker per node) for the session, and a fresh
-directory on the cluster's shared dir per test (job input and output must be reachable from every node)."""
+"""Fixtures of the mapreduce suite: one engine (a worker per node) for the session -- the reference
+target's own, which its conformance jobs run on too -- and a fresh directory on the cluster's shared dir
+per test (job input and output must be reachable from every node)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ from pytest_hpcnet.reference.mapreduce.engine.driver import Engine
 
 
 @pytest.fixture(scope="session")
-def engine(cluster, launchers):
+def engine(hpcnet, cluster, launchers):
     """The reference MapReduce engine on the cluster under test; its workers stop at the end."""
+    engine = getattr(hpcnet.workloads, "engine", None)   # the reference target's, shared
+    if engine is not None:
+        yield engine
+        return
     with Engine(cluster, launchers) as engine:
         yield engine
 

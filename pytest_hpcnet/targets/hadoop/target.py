@@ -18,7 +18,9 @@ import tomllib
 from pathlib import Path
 
 from ...errors import ConfigError
+from ...vocabulary import TargetVocabulary, parse_name, vocabulary_of_configurations
 from .. import register
+from .budget import TEST_S
 from .runtime import HadoopUnavailable, find_runtime
 
 # Built-in configurations, each differing from "default" in one real setting: small jobs in the AM's
@@ -64,6 +66,8 @@ def parse_define_name(name: str, where: str) -> dict[str, str]:
 @register
 class HadoopTarget:
     name = "hadoop"
+    # a test that drives it gets this pytest-timeout: it may pay the MiniCluster's start-up (budget)
+    test_timeout = TEST_S
 
     def __init__(self, configs_file: str | None = None, env=os.environ):
         self.configs_file = configs_file or env.get("HPCNET_HADOOP_CONFIGS")
@@ -72,15 +76,41 @@ class HadoopTarget:
     def configurations(self) -> dict[str, dict]:
         return load_configs(self.configs_file) if self.configs_file else dict(DEFAULT_CONFIGS)
 
+    def vocabulary(self) -> TargetVocabulary:
+        """The parts of its configuration names (``uber=off``: key ``uber``, value ``off``; ``default``: a
+        word), each meaning the ``-D`` overrides it stands for."""
+        return vocabulary_of_configurations(self.name, self.configurations())
+
     def defines(self, config: str, where: str = "--config") -> dict[str, str]:
-        """The ``-D`` overrides a configuration name stands for."""
+        """The ``-D`` overrides a configuration name stands for: a named configuration, parts of named
+        ones joined by commas (``uber=off,sort.mb=64``: both), or ``-Dk=v[,-Dk=v]``."""
         configs = self.configurations()
         if config in configs:
             return dict(configs[config])
         if config.startswith("-D"):
             return parse_define_name(config, where)
-        raise ConfigError(f"unknown Hadoop configuration {config!r} (known: {', '.join(sorted(configs))}, "
-                          "or -Dkey=value)", where)
+        known = f"known: {', '.join(sorted(configs))}, or -Dkey=value"
+        out: dict[str, str] = {}
+        keys = self.vocabulary().keys
+        for key, value in parse_name(config, where):
+            part = key if value is None else f"{key}={value}"
+            if part not in configs:
+                if value is not None and key in keys:
+                    raise ConfigError(f"unknown Hadoop configuration {config!r}: {key} {value!r} is not one of "
+                                      f"{', '.join(keys[key].values)} ({known})", where)
+                raise ConfigError(f"unknown Hadoop configuration {config!r} ({known})", where)
+            out.update(configs[part])
+        return out
+
+    def sample_configs(self) -> list[str]:
+        """What a conformance job runs under: the stack as configured (each job costs a JVM or more)."""
+        return ["default"] if "default" in self.configurations() else [""]
+
+    def workloads(self, cluster, launchers, workdir):
+        """Hadoop's own programs on a MiniCluster of this host (``cluster`` and ``launchers`` are not
+        used: the MiniCluster is Hadoop's)."""
+        from .workloads import HadoopWorkloads
+        return HadoopWorkloads(self, cluster, launchers, workdir)
 
     def runtime(self):
         """The Hadoop to drive (HADOOP_HOME or the jar dir); HadoopUnavailable says what is missing."""

@@ -25,13 +25,19 @@ from dataclasses import dataclass, fields
 
 from ....cluster.model import cross_host_reason
 from ....errors import ConfigError
+from ....vocabulary import ConfigKey, parse_name
 
-CHOICES: dict[str, tuple[str, ...]] = {
-    "transport": ("tcp", "shm", "verbs"),
-    "intermediate": ("local", "shared"),
-    "shuffle": ("fetch", "direct"),
-    "net": ("eth", "ib"),
+# The engine's keys: their values and meaning (the reference target's vocabulary is made from these).
+KEYS: dict[str, ConfigKey] = {
+    "transport": ConfigKey(("tcp", "shm", "verbs"), "the shuffle's transport: tcp sockets (the IPoIB / 10GigE "
+                           "role), shm same-host shared-memory rings (the kernel-bypass stand-in), verbs RDMA"),
+    "intermediate": ConfigKey(("local", "shared"), "where map output lives: each node's work dir, or the "
+                              "cluster's shared dir (the Lustre role)"),
+    "shuffle": ConfigKey(("fetch", "direct"), "how reducers get map output: fetched from each map's node over "
+                         "the transport, or read straight from the shared dir (MapReduce over Lustre)"),
+    "net": ConfigKey(("eth", "ib"), "which of a node's networks the tcp shuffle uses (ib: IPoIB)"),
 }
+CHOICES: dict[str, tuple[str, ...]] = {key: spec.values for key, spec in KEYS.items()}
 ENGINE_TRANSPORTS = ("tcp", "shm", "verbs")   # what the engine's shuffle servers can serve
 
 
@@ -68,10 +74,9 @@ def parse_config(text: str | EngineConfig, where: str = "engine configuration") 
     if not isinstance(text, str):
         raise ConfigError(f"expected a string like 'transport=tcp,intermediate=local', got {text!r}", where)
     values: dict[str, str] = {}
-    for item in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = (s.strip() for s in item.partition("="))
-        if not sep or not key or not value:
-            raise ConfigError(f"{item!r} in {text!r} is not key=value", where)
+    for key, value in parse_name(text, where):
+        if value is None:
+            raise ConfigError(f"{key!r} in {text!r} is not key=value", where)
         if key not in CHOICES:
             raise ConfigError(f"unknown key {key!r} in {text!r}; known: {', '.join(CHOICES)}", where)
         if key in values:
