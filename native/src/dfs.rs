@@ -24,6 +24,7 @@ use pyo3::types::PyBytes;
 
 use crate::checksum::{self, Kind, Mismatch};
 use crate::dfs_wire::{self, Ack, End, Stage};
+use crate::pybuf::contiguous;
 
 /// Read buffers: the upstream's packets, and the downstream's acknowledgements.
 const RECV_BUFFER: usize = 256 * 1024;
@@ -32,16 +33,6 @@ const ACK_BUFFER: usize = 16 * 1024;
 fn kind(name: &str) -> PyResult<Kind> {
     Kind::parse(name).ok_or_else(|| PyValueError::new_err(format!(
         "unknown checksum type {name:?}; choose crc32c or crc32")))
-}
-
-/// The bytes of a contiguous buffer (bytes, bytearray, memoryview) without a copy. The buffer stays
-/// exported (so alive and unresized) while `buf` lives.
-pub(crate) fn contiguous<'a>(buf: &'a PyBuffer<u8>, what: &str) -> PyResult<&'a [u8]> {
-    if !buf.is_c_contiguous() {
-        return Err(PyValueError::new_err(format!("{what} must be a contiguous buffer")));
-    }
-    // SAFETY: a C-contiguous buffer of item size 1 (PyBuffer<u8> checked the format) of len_bytes().
-    Ok(unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) })
 }
 
 fn check_bpc(bpc: usize) -> PyResult<usize> {
@@ -315,6 +306,5 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(chunk_sums, m)?)?;
     m.add_function(wrap_pyfunction!(first_bad_chunk, m)?)?;
     m.add_class::<PyBlockStream>()?;
-    m.add_class::<crate::dfs_writer::PyPacketWriter>()?;
     Ok(())
 }

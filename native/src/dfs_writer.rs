@@ -173,7 +173,7 @@ impl PyPacketWriter {
 
     /// One packet: `data` at block `offset`, numbered `seq`.
     fn send_packet(&self, py: Python<'_>, seq: i64, offset: u64, data: PyBuffer<u8>, last: bool) -> PyResult<()> {
-        let bytes = crate::dfs::contiguous(&data, "data")?;
+        let bytes = crate::pybuf::contiguous(&data, "data")?;
         py.allow_threads(|| self.emit(seq, offset, bytes, last));
         Ok(())
     }
@@ -182,7 +182,7 @@ impl PyPacketWriter {
     /// `seq`, starting at block `offset`; returns how many.
     fn send_packets(&self, py: Python<'_>, seq: i64, offset: u64, data: PyBuffer<u8>, packet_size: usize)
                     -> PyResult<usize> {
-        let bytes = crate::dfs::contiguous(&data, "data")?;
+        let bytes = crate::pybuf::contiguous(&data, "data")?;
         if packet_size == 0 || bytes.len() % packet_size != 0 {
             return Err(PyValueError::new_err(format!(
                 "{} bytes are not whole packets of {packet_size}", bytes.len())));

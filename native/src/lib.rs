@@ -20,6 +20,7 @@ mod dfs_wire;
 mod dfs_writer;
 mod client;
 mod floor;
+mod pybuf;
 mod sendfile;
 mod server;
 mod shm;
@@ -322,6 +323,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPingPong>()?;
     m.add_function(wrap_pyfunction!(pingpong, m)?)?;
     dfs::register(m)?;
+    m.add_class::<dfs_writer::PyPacketWriter>()?;
     sendfile::register(m)?;
     Ok(())
 }

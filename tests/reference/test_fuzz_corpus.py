@@ -1,5 +1,5 @@
 """The native fuzz targets' committed seed corpus (native/fuzz/corpus, written by
-native/fuzz/make_corpus.py; `make fuzz` runs the targets from it): the committed seeds are what the
+tests/reference/fuzz_corpus.py; `make fuzz` runs the targets from it): the committed seeds are what the
 generator writes, and they are well-formed packets by the protobuf library's own parsing."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ TARGETS = ("frame", "connection", "request", "response", "shm", "packet")
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("make_corpus", FUZZ / "make_corpus.py")
+    spec = importlib.util.spec_from_file_location("fuzz_corpus", Path(__file__).with_name("fuzz_corpus.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -26,7 +26,7 @@ def test_committed_seeds_are_what_the_generator_writes(tmp_path):
     assert {p.parent.name for p in written} == set(TARGETS)
     for p in written:
         committed = FUZZ / "corpus" / p.parent.name / p.name
-        assert committed.read_bytes() == p.read_bytes(), f"{committed} is stale: rerun make_corpus.py"
+        assert committed.read_bytes() == p.read_bytes(), f"{committed} is stale: rerun tests/reference/fuzz_corpus.py"
     for target in TARGETS:
         extra = {p.name for p in (FUZZ / "corpus" / target).iterdir()} - {p.name for p in written}
         assert all(name.startswith("crash-") for name in extra), extra   # found crashes, kept as regressions

@@ -1,9 +1,10 @@
 """Writes the fuzz targets' seed corpus (native/fuzz/corpus/<target>/seed-*): small valid inputs
 encoded with the protobuf library through the Python reference implementation's wire module, so the
-seeds do not come from the Rust encoders under test. tests/reference/test_fuzz_corpus.py checks that
-the committed files are what this writes.
+seeds do not come from the Rust encoders under test. It lives with the tests, not in native/, since it
+uses the Python reference (the native crate depends on nothing of the package's). test_fuzz_corpus.py
+beside it checks that the committed files are what this writes.
 
-    python native/fuzz/make_corpus.py [OUT_DIR]      (default: native/fuzz/corpus)
+    python tests/reference/fuzz_corpus.py [OUT_DIR]      (default: native/fuzz/corpus)
 """
 
 from __future__ import annotations
@@ -135,6 +136,6 @@ def write(out: Path) -> list[Path]:
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / "corpus"
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "native" / "fuzz" / "corpus"
     for p in write(out):
         print(p, p.stat().st_size)
