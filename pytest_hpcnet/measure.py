@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal, NamedTuple
 
 import numpy as np
-from scipy import stats
 
 Direction = Literal["lower", "higher"]  # which way is better for the metric
 
@@ -254,8 +253,16 @@ class RatioCI(NamedTuple):
     coverage: float = DEFAULT_CONFIDENCE   # the interval's confidence level (exact below 10 rounds)
 
 
-# scipy >= 1.15 names the generator argument ``rng``; older releases call it ``random_state``.
-_BOOTSTRAP_RNG_ARG = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"
+def _stats():
+    """scipy.stats, imported when first needed: it takes most of a second, and the node programs that
+    import this module for its timing helpers (``on_one_core``, ``abba``) never compute an interval."""
+    from scipy import stats
+    return stats
+
+
+def _bootstrap_rng_arg() -> str:
+    """scipy >= 1.15 names the generator argument ``rng``; older releases call it ``random_state``."""
+    return "rng" if "rng" in inspect.signature(_stats().bootstrap).parameters else "random_state"
 
 
 def order_statistic_ci(samples: Iterable[float], confidence: float = DEFAULT_CONFIDENCE
@@ -269,6 +276,7 @@ def order_statistic_ci(samples: Iterable[float], confidence: float = DEFAULT_CON
     arr = np.sort(_as_samples(samples))
     n = arr.size
     point = float(np.median(arr))
+    stats = _stats()
     best = 1
     for k in range(1, n // 2 + 1):
         if 1.0 - 2.0 * stats.binom.cdf(k - 1, n, 0.5) >= confidence:
@@ -294,9 +302,9 @@ def median_interval(samples: Iterable[float], *, confidence: float = DEFAULT_CON
     point = float(np.median(arr))
     if np.all(arr == arr[0]):
         return point, point, point, confidence     # no spread: every resample has the same median
-    res = stats.bootstrap((arr,), np.median, n_resamples=resamples, confidence_level=confidence,
+    res = _stats().bootstrap((arr,), np.median, n_resamples=resamples, confidence_level=confidence,
                           method="percentile", vectorized=True,
-                          **{_BOOTSTRAP_RNG_ARG: np.random.default_rng(seed)})
+                          **{_bootstrap_rng_arg(): np.random.default_rng(seed)})
     ci = res.confidence_interval
     return point, float(ci.low), float(ci.high), confidence
 

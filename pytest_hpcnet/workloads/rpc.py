@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
 LATENCY_METRIC = "rpc.echo.rtt"
 INTERLEAVED_METRIC = "rpc.echo.rtt.floor"   # per round, the fastest call (interleaved_echo)
+INTERLEAVED_CALLS = 100                     # calls per configuration and round (interleaved_echo)
 THROUGHPUT_METRIC = "rpc.echo.calls_per_second"
 PEAK_THROUGHPUT_METRIC = "rpc.echo.peak_calls_per_second"   # per round, the best over the client counts
 SWEEP_SIZES = (1, 64, 1024, 16384, 65536, 1 << 20)
@@ -210,8 +211,9 @@ def paired_latency(sweep: Iterable[Measurement], launchers: Launchers, server_no
     return paired
 
 
-def interleaved_echo(baseline: tuple, candidate: tuple, size: int, *, rounds: int, calls: int = 20,
-                     warmup: int = 100, timeout: float = 60.0, one_core: bool = True) -> Paired:
+def interleaved_echo(baseline: tuple, candidate: tuple, size: int, *, rounds: int,
+                     calls: int = INTERLEAVED_CALLS, warmup: int = 100, timeout: float = 60.0,
+                     one_core: bool = True, processes: int = 1) -> Paired:
     """Echo round trips of two configurations in this process (server threads and client), taking
     turns call by call (A B, B A, ...): per round, the fastest of ``calls`` calls of each (its floor),
     in µs.
@@ -227,16 +229,49 @@ def interleaved_echo(baseline: tuple, candidate: tuple, size: int, *, rounds: in
     switches, with no idle CPU inside it, so the ratio is the same on an idle box (where every
     cross-CPU wake-up first wakes a sleeping vCPU) and a loaded one (where it waits for a neighbour).
     A neighbour's time slice can still land inside a call and only ever adds to it, so a round keeps
-    its fastest call: the call nothing interrupted. Measured on this 2-core VM (native/Python): per-round
-    medians unpinned 0.586 idle and 0.41-0.43 loaded; pinned, medians 0.25-0.44 and floors 0.37-0.43
-    from idle to load 50. ``more`` takes further rounds (on new connections, by the same procedure).
+    its fastest call: the call nothing interrupted. The more calls a round has, the likelier it holds
+    one such call on a loaded box: with 20, a Python round's floor was now and then 15-30% above its
+    neighbours' at load 10 (a native/Python round of 0.13-0.14 among 0.19-0.20); 100 calls cost a
+    Python 64 KiB round 30 ms.
+
+    ``processes`` > 1 takes the rounds in that many fresh processes in turn (``python -m
+    pytest_hpcnet.workloads.rpc interleaved``, each its own servers and clients), as equal shares.
+    Why: a process keeps its memory placement for its life, and with it the speed of its 64 KiB
+    copies: on this 2-core VM the native pooled/naive 64 KiB ratio sat at 0.60-0.61, 0.65-0.66 or
+    0.67 in a process, whatever the load and however often its connections were re-opened, while a
+    native/Python 64 B ratio varied as much inside a process as between processes. Rounds from
+    several processes give a run's median a mix of those placements instead of one draw. ``more``
+    takes further rounds (in new processes, or on new connections here, by the same procedure).
     """
     from ..measure import Paired
+    base: list[float] = []
+    cand: list[float] = []
+
+    def more(n: int) -> tuple[list[float], list[float]]:
+        shares = [n // processes + (1 if i < n % processes else 0) for i in range(processes)]
+        for share in (s for s in shares if s):
+            if processes == 1:
+                got = _interleaved_rounds(baseline, candidate, size, share, calls, warmup, timeout, one_core,
+                                          start=len(base))
+            else:
+                got = _interleaved_child(baseline, candidate, size, share, calls, warmup, timeout, one_core,
+                                         start=len(base))
+            base.extend(got[0])
+            cand.extend(got[1])
+        return list(base), list(cand)
+    more(rounds)
+    return Paired(config_name(*baseline), config_name(*candidate), list(base), list(cand),
+                  metric=INTERLEAVED_METRIC, more=more)
+
+
+def _interleaved_rounds(baseline: tuple, candidate: tuple, size: int, rounds: int, calls: int, warmup: int,
+                        timeout: float, one_core: bool, start: int = 0) -> tuple[list[float], list[float]]:
+    """``rounds`` rounds of ``interleaved_echo`` here, on connections opened for them and closed after
+    (round numbers from ``start``: which configuration goes first keeps alternating)."""
     from ..reference.rpc import make_client, make_server
-    stack = contextlib.ExitStack()
     timed = []
     payload, clock = bytes(size), time.perf_counter_ns
-    with stack:
+    with contextlib.ExitStack() as stack:
         if one_core:   # before the servers start: their threads inherit the calling thread's CPU
             stack.enter_context(on_one_core())
         for config in (baseline, candidate):
@@ -250,23 +285,49 @@ def interleaved_echo(baseline: tuple, candidate: tuple, size: int, *, rounds: in
                 one()
         base: list[float] = []
         cand: list[float] = []
+        for r in range(start, start + rounds):
+            times: tuple[list[float], list[float]] = ([], [])
+            for forward in abba(calls, r):
+                for i in ((0, 1) if forward else (1, 0)):
+                    times[i].append(timed[i]())
+            base.append(min(times[0]))
+            cand.append(min(times[1]))
+        return base, cand
 
-        def more(n: int) -> tuple[list[float], list[float]]:
-            for r in range(len(base), len(base) + n):
-                times: tuple[list[float], list[float]] = ([], [])
-                for forward in abba(calls, r):
-                    for i in ((0, 1) if forward else (1, 0)):
-                        times[i].append(timed[i]())
-                base.append(min(times[0]))
-                cand.append(min(times[1]))
-            return list(base), list(cand)
-        more(rounds)
-        paired = Paired(config_name(*baseline), config_name(*candidate), list(base), list(cand),
-                        metric=INTERLEAVED_METRIC)
-        # the connections close with this function; more rounds open new ones (a fresh warm-up)
-        paired.more = lambda n: _reopened(baseline, candidate, size, calls, warmup, timeout, base, cand, n,
-                                          one_core)
-        return paired
+
+def _config_arg(config: tuple) -> str:
+    transport, buffers, network, impl = config_parts(config)
+    return f"{transport},{buffers},{network or ''},{impl}"
+
+
+def _parse_config_arg(text: str) -> tuple:
+    transport, buffers, network, impl = (text.split(",") + ["", ""])[:4]
+    return (transport, buffers, network or "eth", impl or "python")
+
+
+def _interleaved_child(baseline: tuple, candidate: tuple, size: int, rounds: int, calls: int, warmup: int,
+                       timeout: float, one_core: bool, start: int) -> tuple[list[float], list[float]]:
+    """``_interleaved_rounds`` in a fresh Python process (``python -m pytest_hpcnet.workloads.rpc
+    interleaved``); its rounds as JSON on its stdout."""
+    import subprocess
+    argv = [sys.executable, "-m", __name__, "interleaved", "--baseline", _config_arg(baseline),
+            "--candidate", _config_arg(candidate), "--size", str(size), "--rounds", str(rounds),
+            "--calls", str(calls), "--warmup", str(warmup), "--timeout", str(timeout), "--start", str(start)]
+    if not one_core:
+        argv.append("--unpinned")
+    # the child runs this very package, wherever it was imported from (a work tree, an installed copy)
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p))
+    budget = 120 + 2 * timeout
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=budget, env=env)
+    except subprocess.TimeoutExpired as e:
+        raise HpcnetError(f"interleaved echo rounds took more than {budget:.0f} s: {' '.join(argv)}") from e
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-8:])
+        raise HpcnetError(f"interleaved echo rounds failed (exit {done.returncode}): {' '.join(argv)}\n{tail}")
+    got = json.loads(done.stdout)
+    return got["baseline"], got["candidate"]
 
 
 def _timed_echo(client, impl: str, payload: bytes, clock):
@@ -286,14 +347,6 @@ def _timed_echo(client, impl: str, payload: bytes, clock):
             raise HpcnetError(f"echo of {size} B returned {len(reply)} B")
         return rtt
     return one
-
-
-def _reopened(baseline, candidate, size, calls, warmup, timeout, base, cand, n, one_core):
-    extra = interleaved_echo(baseline, candidate, size, rounds=n, calls=calls, warmup=warmup, timeout=timeout,
-                             one_core=one_core)
-    base.extend(extra.baseline)
-    cand.extend(extra.candidate)
-    return list(base), list(cand)
 
 
 def peak_per_round(measurements: Iterable[Measurement], config: str) -> list[float]:
@@ -488,12 +541,28 @@ def main(argv=None) -> int:
     ld.add_argument("--seconds", type=float, default=0.4)
     ld.add_argument("--size", type=int, default=64)
     ld.add_argument("--start-file", required=True)
+    il = sub.add_parser("interleaved")
+    il.add_argument("--baseline", required=True, help="transport,buffers[,network[,impl]]")
+    il.add_argument("--candidate", required=True)
+    il.add_argument("--size", type=int, required=True)
+    il.add_argument("--rounds", type=int, required=True)
+    il.add_argument("--calls", type=int, default=INTERLEAVED_CALLS)
+    il.add_argument("--warmup", type=int, default=100)
+    il.add_argument("--timeout", type=float, default=60.0)
+    il.add_argument("--start", type=int, default=0)
+    il.add_argument("--unpinned", action="store_true")
     return node_main(parser, _run, argv, label="rpc workload")
 
 
 def _run(args) -> int:
     if args.cmd == "serve":
         return _serve(args)
+    if args.cmd == "interleaved":
+        base, cand = _interleaved_rounds(_parse_config_arg(args.baseline), _parse_config_arg(args.candidate),
+                                         args.size, args.rounds, args.calls, args.warmup, args.timeout,
+                                         not args.unpinned, start=args.start)
+        json.dump({"baseline": base, "candidate": cand}, sys.stdout)
+        return 0
     specs = args.servers.split(",")
     try:
         if args.cmd == "sweep":

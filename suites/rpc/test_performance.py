@@ -28,6 +28,7 @@ NATIVE_TCP_NAIVE = ("tcp", "naive", "eth", "native")
 NATIVE_SHM = ("shm", "pooled", "eth", "native")
 PYTHON_TCP = ("tcp", "pooled", "eth", "python")
 SWEEP = {"iterations": 20, "warmup": 20}
+INTERLEAVED_PROCESSES = 3   # each run's rounds from three fresh processes (see wr.interleaved_echo)
 
 
 @pytest.fixture(scope="module")
@@ -71,14 +72,14 @@ def test_interleaved_echo_cost(claim_id, baseline, candidate, size, hpcnet, meas
     """The designs' cost side by side in one process, call by call (see ``wr.interleaved_echo``)."""
     if "native" in (wr.config_parts(baseline)[3], wr.config_parts(candidate)[3]) and not native.AVAILABLE:
         claim(claim_id, None, unavailable=native.WHY_NOT)   # n/a, saying why (it skips the test)
-    paired = wr.interleaved_echo(baseline, candidate, size, rounds=hpcnet.rounds)
+    paired = wr.interleaved_echo(baseline, candidate, size, rounds=hpcnet.rounds, processes=INTERLEAVED_PROCESSES)
     try:
         claim(claim_id, paired)
     finally:
         measure.record(*(measurement(wr.INTERLEAVED_METRIC, samples, unit="us", direction="lower", config=name,
                                      nodes=("test-process",),
-                                     params={"size": size, "round_trip": True, "per_round": "min of 20",
-                                             "one_core": True,
+                                     params={"size": size, "round_trip": True, "per_round": f"min of {wr.INTERLEAVED_CALLS}",
+                                             "one_core": True, "processes": INTERLEAVED_PROCESSES,
                                              "timer": "core" if "impl=native" in name else "python"})
                          for name, samples in ((paired.baseline_name, paired.baseline),
                                                (paired.candidate_name, paired.candidate))))

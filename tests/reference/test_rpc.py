@@ -256,3 +256,24 @@ def test_idle_connections_close_only_above_the_idle_threshold(monkeypatch, thres
         finally:
             a.close()
             b.close()
+
+
+def test_interleaved_echo_takes_its_rounds_in_fresh_processes():
+    """``processes`` > 1: equal shares of the rounds from that many child processes, ``more`` too."""
+    from pytest_hpcnet.workloads import rpc as wr
+    paired = wr.interleaved_echo(("tcp", "naive"), ("tcp", "pooled"), 64, rounds=3, calls=2, warmup=2, processes=2)
+    assert (paired.baseline_name, paired.candidate_name) == ("transport=tcp,buffers=naive,net=eth",
+                                                             "transport=tcp,buffers=pooled,net=eth")
+    assert len(paired.baseline) == len(paired.candidate) == 3
+    assert all(x > 0 for x in paired.baseline + paired.candidate)
+    paired.extend(2)
+    assert paired.rounds == 5
+    for config in (("tcp", "naive"), ("shm", "pooled", "eth", "native")):
+        assert wr.config_name(*wr._parse_config_arg(wr._config_arg(config))) == wr.config_name(*config)
+
+
+def test_interleaved_echo_says_what_failed_in_a_child_process():
+    from pytest_hpcnet.errors import HpcnetError
+    from pytest_hpcnet.workloads import rpc as wr
+    with pytest.raises(HpcnetError, match="interleaved echo rounds failed"):
+        wr.interleaved_echo(("tcp", "pooled"), ("nope", "pooled"), 64, rounds=2, calls=2, warmup=0, processes=2)
