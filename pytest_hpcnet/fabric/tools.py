@@ -63,11 +63,21 @@ class Perftest:
     side: str = "rdma"
     package: str = "perftest"
 
+    iterations: int = 1000
+
+    def _mode(self, seconds: float | None) -> list[str]:
+        # a latency test is a ping-pong, so both ends must run the same count: a server left at its
+        # default count against a client in duration mode (-D) never finishes (seen on rxe); a bandwidth
+        # client may run for a duration against a passive server
+        if self.quantity == "latency":
+            return ["-n", str(self.iterations)]
+        return [] if seconds is None else ["-D", str(max(1, int(seconds)))]
+
     def server(self, host: str, port: int) -> list[str]:
-        return [self.name, "-p", str(port), "-s", str(self.size), "-F"]
+        return [self.name, "-p", str(port), "-s", str(self.size), "-F", *self._mode(None)]
 
     def client(self, host: str, port: int, seconds: float) -> list[str]:
-        return [self.name, "-p", str(port), "-s", str(self.size), "-F", "-D", str(max(1, int(seconds))), host]
+        return [self.name, "-p", str(port), "-s", str(self.size), "-F", *self._mode(seconds), host]
 
     def parse(self, text: str) -> float:
         return _perftest_table(text, self.column)
