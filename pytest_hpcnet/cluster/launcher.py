@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import ClassVar, Mapping, Protocol, Sequence
 
 from ..errors import ConfigError, LaunchError
+from ..registry import Registry
 from . import reaper
 from .model import Node
 
@@ -48,76 +49,12 @@ class Launcher(Protocol):
     def close(self) -> None: ...
 
 
-LAUNCHERS: dict[str, type] = {}
 ENTRY_POINT_GROUP = "pytest_hpcnet.launchers"
-_entry_points_loaded = False
-
-
-def _qualname(cls) -> str:
-    return f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', repr(cls))}"
-
-
-def register(cls, origin: str | None = None):
-    """Add a launcher class under ``cls.name``. Registering the same class again is a no-op; another
-    class under a name already taken is a ``ConfigError`` (``origin`` says where the newcomer came from)."""
-    name = getattr(cls, "name", None)
-    where = origin or _qualname(cls)
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"a launcher needs a non-empty string class attribute 'name', "
-                          f"{_qualname(cls)} has {name!r}", where)
-    if not callable(getattr(cls, "start", None)) or not callable(getattr(cls, "close", None)):
-        raise ConfigError(f"launcher {name!r} ({_qualname(cls)}) lacks start() or close()", where)
-    taken = LAUNCHERS.get(name)
-    if taken is not None and taken is not cls:
-        raise ConfigError(f"launcher name {name!r} is taken by {_qualname(taken)}; "
-                          f"refusing {_qualname(cls)}", where)
-    LAUNCHERS[name] = cls
-    return cls
-
-
-def unregister(cls) -> None:
-    """Remove ``cls`` if it is the class registered under its name (a plugin going away)."""
-    if LAUNCHERS.get(getattr(cls, "name", None)) is cls:
-        del LAUNCHERS[cls.name]
-
-
-def load_entry_points(entry_points=None) -> list[type]:
-    """Register every launcher the installed distributions name under ``pytest_hpcnet.launchers``
-    (``name = "module:Class"``; the entry point's name must be the class's ``name``). Returns them."""
-    from importlib import metadata
-    found = []
-    eps = metadata.entry_points(group=ENTRY_POINT_GROUP) if entry_points is None else entry_points
-    for ep in eps:
-        where = f"entry point {ep.name} = {ep.value} (group {ENTRY_POINT_GROUP})"
-        try:
-            cls = ep.load()
-        except Exception as e:  # a broken third-party package: say which, in one line
-            raise ConfigError(f"cannot load: {type(e).__name__}: {e}", where) from None
-        if getattr(cls, "name", None) != ep.name:
-            raise ConfigError(f"names launcher {getattr(cls, 'name', None)!r}; the entry point's name must "
-                              f"be the launcher's name", where)
-        found.append(register(cls, where))
-    return found
-
-
-def register_from_hook(results, where: str = "pytest_hpcnet_launchers hook") -> list[type]:
-    """Register what implementations of the ``pytest_hpcnet_launchers`` hook returned (one list of
-    classes each); returns the classes newly added, for ``unregister`` when the run ends."""
-    added = []
-    for classes in results:
-        for cls in classes or ():
-            if LAUNCHERS.get(getattr(cls, "name", None)) is not cls:
-                added.append(register(cls, where))
-    return added
-
-
-def known_launchers() -> dict[str, type]:
-    """Every launcher: the built-in ones, those registered so far, and (once) the entry points'."""
-    global _entry_points_loaded
-    if not _entry_points_loaded:
-        _entry_points_loaded = True
-        load_entry_points()
-    return LAUNCHERS
+_REGISTRY = Registry("launcher", ENTRY_POINT_GROUP, ("start", "close"), "pytest_hpcnet_launchers hook")
+LAUNCHERS = _REGISTRY.classes
+register, unregister = _REGISTRY.register, _REGISTRY.unregister
+load_entry_points, register_from_hook = _REGISTRY.load_entry_points, _REGISTRY.register_from_hook
+known_launchers = _REGISTRY.known
 
 
 def node_argv(node: Node, argv: Sequence[str]) -> list[str]:

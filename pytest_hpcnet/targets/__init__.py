@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from ..errors import ConfigError, HpcnetError
+from ..registry import Registry
 
 # What the suites ask a target for; a Workloads subclass offers some of them (``offers``).
 WORKLOADS = ("teragen", "terasort", "teravalidate", "randomwriter", "sort", "sortvalidate", "dfsio",
@@ -181,77 +182,12 @@ def vocabulary_of(target):
     return declared() if callable(declared) else vocabulary_of_configurations(target.name, target.configurations())
 
 
-TARGETS: dict[str, type] = {}
-_entry_points_loaded = False
-
-
-def _qualname(cls) -> str:
-    return f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', repr(cls))}"
-
-
-def register(cls, origin: str | None = None):
-    """Add a target class under ``cls.name`` (a decorator too). Registering the same class again is a
-    no-op; another class under a name already taken is a ``ConfigError`` naming both."""
-    name = getattr(cls, "name", None)
-    where = origin or _qualname(cls)
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"a target needs a non-empty string class attribute 'name', "
-                          f"{_qualname(cls)} has {name!r}", where)
-    missing = [m for m in ("configurations", "describe", "workloads") if not callable(getattr(cls, m, None))]
-    if missing:
-        raise ConfigError(f"target {name!r} ({_qualname(cls)}) lacks {', '.join(f'{m}()' for m in missing)}",
-                          where)
-    taken = TARGETS.get(name)
-    if taken is not None and taken is not cls:
-        raise ConfigError(f"target name {name!r} is taken by {_qualname(taken)}; refusing {_qualname(cls)}",
-                          where)
-    TARGETS[name] = cls
-    return cls
-
-
-def unregister(cls) -> None:
-    """Remove ``cls`` if it is the class registered under its name."""
-    if TARGETS.get(getattr(cls, "name", None)) is cls:
-        del TARGETS[cls.name]
-
-
-def load_entry_points(entry_points=None) -> list[type]:
-    """Register every target the installed distributions name under ``pytest_hpcnet.targets``
-    (``name = "module:Class"``; the entry point's name must be the target's ``name``). Returns them."""
-    from importlib import metadata
-    found = []
-    eps = metadata.entry_points(group=ENTRY_POINT_GROUP) if entry_points is None else entry_points
-    for ep in eps:
-        where = f"entry point {ep.name} = {ep.value} (group {ENTRY_POINT_GROUP})"
-        try:
-            cls = ep.load()
-        except Exception as e:  # a broken third-party package: say which, in one line
-            raise ConfigError(f"cannot load: {type(e).__name__}: {e}", where) from None
-        if getattr(cls, "name", None) != ep.name:
-            raise ConfigError(f"names target {getattr(cls, 'name', None)!r}; the entry point's name must "
-                              f"be the target's name", where)
-        found.append(register(cls, where))
-    return found
-
-
-def register_from_hook(results, where: str = "pytest_hpcnet_targets hook") -> list[type]:
-    """Register what implementations of the ``pytest_hpcnet_targets`` hook returned (one list of
-    classes each); returns the classes newly added, for ``unregister`` when the run ends."""
-    added = []
-    for classes in results:
-        for cls in classes or ():
-            if TARGETS.get(getattr(cls, "name", None)) is not cls:
-                added.append(register(cls, where))
-    return added
-
-
-def known_targets() -> dict[str, type]:
-    """Every target: the built-in ones, those registered so far, and (once) the entry points'."""
-    global _entry_points_loaded
-    if not _entry_points_loaded:
-        _entry_points_loaded = True
-        load_entry_points()
-    return TARGETS
+_REGISTRY = Registry("target", ENTRY_POINT_GROUP, ("configurations", "describe", "workloads"),
+                     "pytest_hpcnet_targets hook")
+TARGETS = _REGISTRY.classes
+register, unregister = _REGISTRY.register, _REGISTRY.unregister
+load_entry_points, register_from_hook = _REGISTRY.load_entry_points, _REGISTRY.register_from_hook
+known_targets = _REGISTRY.known
 
 
 def load_target(name: str, where: str | None = None) -> Target:
