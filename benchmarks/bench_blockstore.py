@@ -34,7 +34,6 @@ from pathlib import Path
 
 from pytest_hpcnet import cluster as clusters
 from pytest_hpcnet.reference import native
-from pytest_hpcnet.reference.dfs import checksums
 from pytest_hpcnet.reference.dfs.store import BlockStore
 from pytest_hpcnet.workloads.dfsio.pipeline_cost import datanode_cpu_s
 

@@ -171,6 +171,23 @@ def abba(rounds: int, start: int = 0) -> list[bool]:
     return [r % 2 == 0 for r in range(start, start + rounds)]
 
 
+def floor_round(baseline: Callable[[], float], candidate: Callable[[], float], turns: int,
+                round_index: int) -> tuple[float, float]:
+    """One paired round of two timed calls taking turns ``turns`` times (A B, B A, ... as ``abba``
+    from ``round_index``): each side's smallest sample, the one nothing interrupted."""
+    best = [math.inf, math.inf]
+    sides = (baseline, candidate)
+    for forward in abba(turns, round_index):
+        for i in ((0, 1) if forward else (1, 0)):
+            best[i] = min(best[i], sides[i]())
+    return best[0], best[1]
+
+
+def shares(rounds: int, parts: int) -> list[int]:
+    """``rounds`` split as evenly as can be into at most ``parts`` non-empty shares (first ones larger)."""
+    return [s for s in (rounds // parts + (i < rounds % parts) for i in range(parts)) if s]
+
+
 @contextlib.contextmanager
 def on_one_core() -> Iterator[int | None]:
     """Runs the calling thread, and every thread it starts meanwhile, on one CPU; yields that CPU.

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from ..cluster.nodeprogram import announce, await_ready, node_main, serve_until_signalled
 from ..cluster.pool import Launchers, finish
 from ..errors import HpcnetError
-from ..measure import abba, on_one_core
+from ..measure import abba, floor_round, on_one_core, shares
 
 if TYPE_CHECKING:
     from ..measure import Measurement, Paired
@@ -248,8 +248,7 @@ def interleaved_echo(baseline: tuple, candidate: tuple, size: int, *, rounds: in
     cand: list[float] = []
 
     def more(n: int) -> tuple[list[float], list[float]]:
-        shares = [n // processes + (1 if i < n % processes else 0) for i in range(processes)]
-        for share in (s for s in shares if s):
+        for share in shares(n, processes):
             if processes == 1:
                 got = _interleaved_rounds(baseline, candidate, size, share, calls, warmup, timeout, one_core,
                                           start=len(base))
@@ -286,12 +285,9 @@ def _interleaved_rounds(baseline: tuple, candidate: tuple, size: int, rounds: in
         base: list[float] = []
         cand: list[float] = []
         for r in range(start, start + rounds):
-            times: tuple[list[float], list[float]] = ([], [])
-            for forward in abba(calls, r):
-                for i in ((0, 1) if forward else (1, 0)):
-                    times[i].append(timed[i]())
-            base.append(min(times[0]))
-            cand.append(min(times[1]))
+            b, c = floor_round(timed[0], timed[1], calls, r)
+            base.append(b)
+            cand.append(c)
         return base, cand
 
 

@@ -18,7 +18,7 @@ import multiprocessing
 import os
 import time
 
-from ...measure import Paired, abba
+from ...measure import Paired, floor_round, shares
 from ...reference.dfs import checksums
 from ...reference.dfs.client import DfsClient
 
@@ -78,8 +78,7 @@ def interleaved_checksum_cost(baseline: tuple[str, str], candidate: tuple[str, s
     cand: list[float] = []
 
     def more(n: int) -> tuple[list[float], list[float]]:
-        per = [n // processes + (i < n % processes) for i in range(min(processes, n))]
-        for count in per:
+        for count in shares(n, processes):
             with context.Pool(1) as pool:
                 pairs = pool.apply(_checksum_rounds, (sides, len(base), count, size, passes))
             for b, c in pairs:
@@ -99,17 +98,15 @@ def _checksum_rounds(sides, first: int, rounds: int, size: int, passes: int) -> 
     clock = time.thread_time_ns
     for kind, impl in sides:   # warm-up: the buffer in cache, the code paths taken once
         checksums.chunk_sums(data, 512, kind, impl=impl)
-    out = []
-    for r in range(first, first + rounds):
-        best = [float("inf"), float("inf")]
-        for forward in abba(passes, r):
-            for i in ((0, 1) if forward else (1, 0)):
-                kind, impl = sides[i]
-                start = clock()
-                checksums.chunk_sums(data, 512, kind, impl=impl)
-                best[i] = min(best[i], clock() - start)
-        out.append((best[0] / kib, best[1] / kib))
-    return out
+
+    def timed(kind: str, impl: str):
+        def one() -> float:
+            start = clock()
+            checksums.chunk_sums(data, 512, kind, impl=impl)
+            return (clock() - start) / kib
+        return one
+    baseline, candidate = (timed(*side) for side in sides)
+    return [floor_round(baseline, candidate, passes, r) for r in range(first, first + rounds)]
 
 
 def checksum_config(kind: str, impl: str) -> str:
