@@ -62,6 +62,7 @@ class Task:
     refunds: int = 0            # attempts given back because a source node died (bounded by #workers)
     last_error: str = ""
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    dispatched: float = 0.0     # time.monotonic() of the current attempt's dispatch
 
     def label(self) -> str:
         return f"{self.kind} task {self.index}"
@@ -96,6 +97,8 @@ class JobResult:
     details: dict = field(default_factory=dict)
     attempts: int = 0           # task attempts dispatched (maps + reduces)
     lost_workers: list[str] = field(default_factory=list)
+    id: str = ""                # the engine's id of the job (a map-reduce job's dir is named after it)
+    slot_seconds: float = 0.0   # see Engine.slot_seconds
 
 
 @dataclass
@@ -143,6 +146,13 @@ class Engine:
         self.on_event: Callable[..., None] | None = None
         self._on_lost: Callable[[WorkerHandle], bool] | None = None
         self._lost_this_job: list[str] = []
+        self.job_id = ""
+        # Slot-seconds of the current job: each worker runs one task at a time, so an attempt holds one
+        # slot from its dispatch to the worker's answer (done or failed). That is what YARN's
+        # vcoreSeconds counts for a 1-vcore container: time allocated, not CPU time. It includes the
+        # control round trip and leaves out the driver's own work (sampling, commit, TeraValidate's
+        # reduce) and attempts lost with their worker (no answer came).
+        self.slot_seconds = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def __enter__(self):
@@ -362,6 +372,7 @@ class Engine:
                         raise JobFailed(f"{task.label()} failed {task.attempts} time(s), the limit; "
                                         f"last error: {task.last_error}")
                     task.attempts += 1
+                    task.dispatched = time.monotonic()
                     w.task = task
                     try:
                         w.channel.send({"type": "task", "task": task.id, "op": task.op, "args": task.args})
@@ -397,6 +408,7 @@ class Engine:
                     if m.get("type") not in ("done", "failed") or task is None or m.get("task") != task.id:
                         continue
                     w.task = None
+                    self.slot_seconds += time.monotonic() - task.dispatched
                     if m["type"] == "done":
                         on_done(task, w, m["result"])
                         self._event(f"{task.kind}_done", index=task.index, node=w.name)
@@ -425,19 +437,20 @@ class Engine:
             put_back(task)
         return self._lose(w, reason)
 
-    def _begin_job(self) -> None:
+    def _begin_job(self, name: str) -> None:
         self._on_lost = None
         for w in self.live_workers():
             if w.task is not None:    # still busy with a task of a job that failed: its reply would confuse us
                 w.task = None
                 self._lose(w, "was still running a task of an earlier, failed job")
         self._lost_this_job = []
+        self.job_id, self.slot_seconds = f"{name}-{uuid.uuid4().hex[:8]}", 0.0
         self._deadline = time.monotonic() + self.job_timeout
 
     # -- job shapes -----------------------------------------------------------------------------------
     def run_map_only(self, op: str, task_args: list[dict]) -> list[dict]:
         """Run one task per args dict; results in task order."""
-        self._begin_job()
+        self._begin_job(op)
         results: list[dict | None] = [None] * len(task_args)
         tasks = [Task("map", i, op, a) for i, a in enumerate(task_args)]
 
@@ -453,8 +466,8 @@ class Engine:
         config = parse_config(config)
         check_runnable(config, self.cluster)
         self._check_workers_serve(config)
-        self._begin_job()
-        job_id = f"{name}-{uuid.uuid4().hex[:8]}"
+        self._begin_job(name)
+        job_id = self.job_id
         root = "shared" if config.intermediate == "shared" else "local"
         job_dir = f"{JOB_ROOT}/{job_id}"
         maps = [Task("map", i, map_op, dict(a, root=root)) for i, a in enumerate(map_args)]
@@ -513,7 +526,7 @@ class Engine:
                                   "partition_records": [reduce_results[r]["records"] for r in range(reduces)],
                                   "shuffle_bytes": sum(r["bytes"] for r in reduce_results.values())},
                          attempts=sum(t.attempts for t in maps) + sum(t.attempts for t in reduce_tasks.values()),
-                         lost_workers=list(self._lost_this_job))
+                         lost_workers=list(self._lost_this_job), id=job_id, slot_seconds=self.slot_seconds)
 
     def _check_workers_serve(self, config: EngineConfig) -> None:
         """Refuse a transport some worker has no shuffle server for (verbs without an RDMA device)."""

@@ -47,7 +47,8 @@ def teragen(engine: Engine, rows: int, outdir: str | os.PathLike, maps: int = 1,
     checksum = sum(int(r["checksum"], 16) for r in results) & MASK128
     dt = time.perf_counter() - t0
     return JobResult("teragen", "", dt, {"map": dt}, records=sum(r["rows"] for r in results),
-                     output=Path(outdir), details={"checksum": format(checksum, "x")})
+                     output=Path(outdir), details={"checksum": format(checksum, "x")}, id=engine.job_id,
+                     slot_seconds=engine.slot_seconds)
 
 
 def randomwriter(engine: Engine, outdir: str | os.PathLike, total_bytes: int, maps: int = 1,
@@ -63,7 +64,8 @@ def randomwriter(engine: Engine, outdir: str | os.PathLike, total_bytes: int, ma
                                                         "seed": seed, "outdir": str(tmp)} for i in range(maps)])
     dt = time.perf_counter() - t0
     return JobResult("randomwriter", "", dt, {"map": dt}, records=sum(r["records"] for r in results),
-                     output=Path(outdir), details={"bytes": sum(r["bytes"] for r in results)})
+                     output=Path(outdir), details={"bytes": sum(r["bytes"] for r in results)}, id=engine.job_id,
+                     slot_seconds=engine.slot_seconds)
 
 
 def split_bytes_for(files: list[Path], maps: int | None) -> int:
@@ -144,4 +146,5 @@ def teravalidate(engine: Engine, outdir: str | os.PathLike,
     dt = time.perf_counter() - t0
     return JobResult("teravalidate", "", dt, {"map": dt}, records=sum(v.records for v in validations),
                      output=Path(reportdir) if reportdir is not None else None,
-                     details={"lines": lines, "valid": is_valid_report(lines)})
+                     details={"lines": lines, "valid": is_valid_report(lines)}, id=engine.job_id,
+                     slot_seconds=engine.slot_seconds)
