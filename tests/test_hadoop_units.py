@@ -275,9 +275,12 @@ def test_crosscheck_command_rejects_bad_input_before_starting_anything(capsys):
     assert "unknown Hadoop configuration 'nosuch'" in capsys.readouterr().err
     assert hpcnet_main(["crosscheck", "--config", "default", "--config", "uber=off", "--", "teragen", "1Q"]) == 2
     assert "'1Q' is not a row count" in capsys.readouterr().err
-    assert hpcnet_main(["crosscheck", "--target", "reference", "--config", "a", "--config", "b",
-                        "--", "teragen", "1G"]) == 2
-    assert "runs no external jobs" in capsys.readouterr().err
+    assert hpcnet_main(["crosscheck", "--target", "reference", "--config", "transport=tcp", "--config",
+                        "transport=carrier", "--", "teragen", "1G"]) == 2
+    assert "'carrier' is not one of tcp, shm, verbs" in capsys.readouterr().err
+    assert hpcnet_main(["crosscheck", "--target", "reference", "--config", "transport=tcp", "--config",
+                        "transport=tcp", "--", "teragen", "1G"]) == 2
+    assert "each configuration once" in capsys.readouterr().err
 
 
 def test_hadoop_tests_get_the_loaded_box_budget(pytester, run_hpcnet):

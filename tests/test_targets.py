@@ -71,6 +71,25 @@ def test_a_workload_the_target_lacks_says_which_target_and_workload(tmp_path):
         w.terasort("in", "out")
     with pytest.raises(WorkloadMissing, match="offers no 'dfsio' workload"):
         w.dfsio(["-write"], res_file=tmp_path / "res")
+    with pytest.raises(WorkloadMissing, match=r"offers no 'crosscheck' workload \(it keeps no per-job record\)"):
+        w.crosscheck(["a", "b"], 2, ("teragen", 10))
+
+
+def test_crosscheck_refuses_a_target_without_per_job_records_in_one_line(capsys):
+    from pytest_hpcnet.cli import main as hpcnet_main
+
+    class Bare(_Face):
+        name = "bare-crosscheck"
+
+    registry.register(Bare)
+    try:
+        assert hpcnet_main(["crosscheck", "--target", "bare-crosscheck", "--config", "a", "--config", "b",
+                            "--", "teragen", "1M"]) == 2
+    finally:
+        registry.unregister(Bare)
+    err = capsys.readouterr().err
+    assert err == ("hpcnet crosscheck: --target: target 'bare-crosscheck' offers no 'crosscheck' workload "
+                   "(it keeps no per-job record)\n")
 
 
 def _install(site: Path) -> None:

@@ -7,7 +7,8 @@ configuration is a name claims refer to (``transport=shm``) and the settings it 
 A target is the seam the conformance suites are written against: ``target.workloads(cluster, launchers,
 workdir)`` hands back a ``Workloads`` object whose methods run TeraGen, TeraSort, TeraValidate,
 RandomWriter, Sort, SortValidator and TestDFSIO on that stack (and start an RPC echo server or client
-where it has one). A workload the stack does not have raises ``WorkloadMissing``; a stack that cannot
+where it has one); a target that also keeps a per-job record (``job_record``, YARN's application shape)
+offers ``crosscheck``: the same job under several configurations, interleaved and repeated. A workload the stack does not have raises ``WorkloadMissing``; a stack that cannot
 run here (no Java, no shared dir) raises ``TargetUnavailable``: under pytest both skip the test with that
 line. Nothing here imports pytest.
 """
@@ -25,7 +26,7 @@ from ..registry import Registry
 
 # What the suites ask a target for; a Workloads subclass offers some of them (``offers``).
 WORKLOADS = ("teragen", "terasort", "teravalidate", "randomwriter", "sort", "sortvalidate", "dfsio",
-             "rpc_server", "rpc_client")
+             "rpc_server", "rpc_client", "crosscheck")
 ENTRY_POINT_GROUP = "pytest_hpcnet.targets"
 
 
@@ -57,6 +58,20 @@ class WorkloadResult:
     records: int | None = None
     details: dict = field(default_factory=dict)
     raw: object = None
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job as YARN's application record has it, the fields ``hpcnet crosscheck`` judges: the job's
+    id, ``state`` and ``finalStatus`` (FINISHED and SUCCEEDED for a job that ran to the end),
+    ``elapsedTime`` (ms) and ``vcoreSeconds``; ``memorySeconds`` (MB-seconds) where the stack counts it,
+    else None. A target says in its ``job_record`` where its figures come from."""
+    id: str
+    state: str
+    finalStatus: str
+    elapsedTime: int
+    vcoreSeconds: float
+    memorySeconds: int | None
 
 
 class Scratch:
@@ -124,8 +139,19 @@ class Workloads:
     def close(self) -> None:
         """Stop whatever the workloads started (engines, services, clusters)."""
 
+    def check_config(self, config: str, where: str = "--config") -> None:
+        """Refuse, in one line naming the known values, a configuration name this target does not know
+        (before any job runs)."""
+        from ..vocabulary import Vocabulary
+        Vocabulary(targets=[self.vocabulary()]).check_config(config, where)
+
+    def discard(self, path) -> None:
+        """Remove a job's output (a place ``scratch()`` handed out) that nobody will read."""
+        import shutil
+        shutil.rmtree(path, ignore_errors=True)
+
     # -- MapReduce -----------------------------------------------------------------------------------
-    def teragen(self, rows: int, outdir, *, maps: int = 1, start_row: int = 0) -> WorkloadResult:
+    def teragen(self, rows: int, outdir, *, maps: int = 1, start_row: int = 0, config: str = "") -> WorkloadResult:
         raise self.missing("teragen")
 
     def terasort(self, indir, outdir, *, reduces: int = 1, config: str = "",
@@ -143,6 +169,21 @@ class Workloads:
 
     def sortvalidate(self, indir, outdir) -> WorkloadResult:
         raise self.missing("sortvalidate")
+
+    def job_record(self, result: WorkloadResult) -> JobRecord:
+        """The per-job record of a job run here (``teragen``, ``terasort``): what ``crosscheck`` judges."""
+        raise self.missing("crosscheck", "it keeps no per-job record")
+
+    def crosscheck(self, configs: list[str], repeat: int, job: tuple[str, int], *, maps: int = 2,
+                   reduces: int = 2, keep_output: bool = False, progress=None) -> list:
+        """``job`` (``("teragen" | "terasort", rows)``) under each configuration, ``repeat`` rounds
+        interleaved; one ``workloads.crosscheck.Run`` (config, round, JobRecord, wall seconds) per job.
+        ``crosscheck.report`` judges them."""
+        if not self.offers("crosscheck"):
+            raise self.missing("crosscheck", "it keeps no per-job record")
+        from ..workloads.crosscheck import run_crosscheck
+        return run_crosscheck(self, configs, repeat, job, maps=maps, reduces=reduces, keep_output=keep_output,
+                              progress=progress)
 
     # -- TestDFSIO -----------------------------------------------------------------------------------
     def dfsio(self, args: list[str], *, res_file: str | os.PathLike) -> WorkloadResult:

@@ -1,6 +1,6 @@
 """The reference implementation shipped with this project, as a target: the MapReduce engine (a worker
-per node) for the TeraSort and Sort families, the block store for TestDFSIO, the Hadoop-compatible RPC
-echo server and client."""
+per node) for the TeraSort and Sort families and their per-job records (crosscheck), the block store for
+TestDFSIO, the Hadoop-compatible RPC echo server and client."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ..vocabulary import ConfigKey, TargetVocabulary
-from . import Scratch, TargetUnavailable, WorkloadResult, Workloads, register
+from . import JobRecord, Scratch, TargetUnavailable, WorkloadResult, Workloads, register
 
 # The engine configurations a conformance job runs under: both transports, both intermediate dirs,
 # both ways of shuffling (verbs has its own suite: it needs an RDMA device).
@@ -80,7 +80,7 @@ def _result(r) -> WorkloadResult:
 
 class ReferenceWorkloads(Workloads):
     offered = frozenset({"teragen", "terasort", "teravalidate", "randomwriter", "sort", "sortvalidate", "dfsio",
-                         "rpc_server", "rpc_client"})
+                         "rpc_server", "rpc_client", "crosscheck"})
 
     def __init__(self, target, cluster, launchers, workdir):
         super().__init__(target, cluster, launchers, workdir)
@@ -121,6 +121,11 @@ class ReferenceWorkloads(Workloads):
         Path(self.cluster.shared).mkdir(parents=True, exist_ok=True)
         return Scratch(Path(tempfile.mkdtemp(prefix="mapreduce-", dir=self.cluster.shared)))
 
+    def check_config(self, config, where="--config"):
+        """A MapReduce job's configuration is the engine's (transport, intermediate, shuffle, net)."""
+        from ..reference.mapreduce.engine.config import parse_config
+        parse_config(config, where)
+
     def _runnable(self, config: str):
         from ..cluster.model import cross_host_reason
         from ..reference.mapreduce.engine.config import parse_config
@@ -131,8 +136,11 @@ class ReferenceWorkloads(Workloads):
         return parsed
 
     # -- MapReduce -----------------------------------------------------------------------------------
-    def teragen(self, rows, outdir, *, maps=1, start_row=0):
+    def teragen(self, rows, outdir, *, maps=1, start_row=0, config=""):
         from ..reference.mapreduce.engine import jobs
+        # a map-only job: no setting of the engine's reaches it (no shuffle, output to the given dir), so
+        # the name is only checked; a crosscheck of teragen across engine configurations is a null test
+        self._runnable(config)
         return _result(jobs.teragen(self.engine, rows, outdir, maps=maps, start_row=start_row))
 
     def terasort(self, indir, outdir, *, reduces=1, config="", maps=None):
@@ -152,6 +160,14 @@ class ReferenceWorkloads(Workloads):
         from ..reference.mapreduce.engine import jobs
         parsed = self._runnable(config)
         return _result(jobs.sort(self.engine, indir, outdir, reduces=reduces, config=parsed))
+
+    def job_record(self, result):
+        """The engine's record of a job, in YARN's shape: its id; FINISHED/SUCCEEDED (a job that fails
+        raises ``JobFailed`` instead of leaving a record); elapsedTime, the driver's wall time of the job;
+        vcoreSeconds, the slot-seconds its task attempts held (``Engine.slot_seconds``: allocation time, as
+        YARN counts a 1-vcore container, not CPU time); no memorySeconds (workers have no memory grant)."""
+        r = result.raw
+        return JobRecord(r.id, "FINISHED", "SUCCEEDED", round(r.seconds * 1000), round(r.slot_seconds, 3), None)
 
     def sortvalidate(self, indir, outdir):
         from ..reference.mapreduce import sortvalidate

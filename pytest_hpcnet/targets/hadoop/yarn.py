@@ -17,6 +17,7 @@ import urllib.request
 from dataclasses import asdict, dataclass
 
 from ...errors import HpcnetError
+from .. import JobRecord
 from .budget import CLIENT_S
 from .jobs import run_program
 
@@ -28,13 +29,9 @@ class YarnError(HpcnetError, RuntimeError):
 
 
 @dataclass(frozen=True)
-class AppRecord:
-    id: str
-    state: str
-    finalStatus: str
-    elapsedTime: int       # ms
-    vcoreSeconds: int
-    memorySeconds: int
+class AppRecord(JobRecord):
+    """YARN's own record: the targets' ``JobRecord`` fields (elapsedTime in ms, whole vcore-seconds and
+    MB-seconds as the RM aggregates them) and the application's name."""
     name: str = ""
 
     def to_json(self) -> dict:
