@@ -42,8 +42,9 @@ METRICS: frozenset[str] = frozenset({
     *(f"mapreduce.{job}.phase.{phase}" for job in _MAPREDUCE for phase in ("map", "shuffle", "reduce")),
     # qjump (pytest_hpcnet.workloads.qjump.scenarios)
     "qjump.barrier.p50", "qjump.barrier.p99", "qjump.barrier.p99_9", "qjump.default_level.throughput",
-    # crosscheck against Apache Hadoop (suites/crosscheck)
-    "terasort.wall", "terasort.yarn_elapsed", "crosscheck.teragen.elapsed", "crosscheck.teragen.vcore_seconds",
+    # suites/crosscheck: Hadoop beside the reference, and the crosscheck workload's per-job records
+    "terasort.wall", "terasort.yarn_elapsed",
+    *(f"crosscheck.{job}.{figure}" for job in ("teragen", "terasort") for figure in ("elapsed", "vcore_seconds")),
 })
 
 @dataclass(frozen=True)

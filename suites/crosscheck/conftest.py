@@ -1,5 +1,7 @@
-"""Fixtures for the suites that drive real Apache Hadoop: the runtime (skip when Java or the jars are
-missing) and one MiniCluster for the whole session (HDFS + YARN, 2 nodemanagers, 2 datanodes)."""
+"""Fixtures for test_hadoop.py, which drives real Apache Hadoop beside the reference: the runtime (skip
+when Java or the jars are missing) and one MiniCluster for the whole session (HDFS + YARN, 2
+nodemanagers, 2 datanodes; the process's one, shared with the hadoop target's workloads).
+test_crosscheck.py is written against the ``target`` fixture instead."""
 
 from __future__ import annotations
 

@@ -1,0 +1,64 @@
+"""The crosscheck workload and its report on the target under test (``--hpcnet-target``): two
+configurations, two interleaved rounds, one per-job record per run in YARN's shape, and the paired
+verdicts. Written once against the ``target`` fixture; a target without per-job records skips, naming
+the workload. Job times are recorded as measurements (information: no absolute-time asserts).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_hpcnet.errors import ConfigError
+from pytest_hpcnet.measure import measurement
+from pytest_hpcnet.report.crosscheck import report
+
+ROWS = 10_000           # 1 MB of TeraGen rows: the job's own work is small beside a stack's start-up
+ROUNDS = 2
+
+# Per target, two configurations that differ in a setting the job goes through, and the job. The
+# reference's differ in where map output lives (TeraSort's shuffle reads it; TeraGen is map-only and
+# untouched by the engine's settings); Hadoop's in whether a small job runs inside the AM's JVM. Hadoop
+# runs TeraGen: every job there costs JVM start-ups, and TeraSort would add an untimed TeraGen.
+PLANS = {
+    "reference": (("transport=tcp,intermediate=local", "transport=tcp,intermediate=shared"), "terasort"),
+    "hadoop": (("default", "uber=off"), "teragen"),
+}
+
+
+@pytest.fixture
+def plan(target):
+    if not target.offers("crosscheck"):
+        pytest.skip(str(target.missing("crosscheck", "it keeps no per-job record")))
+    configs, job = PLANS.get(target.name, (tuple(target.sample_configs()[:2]), "teragen"))
+    if len(set(configs)) < 2:
+        pytest.skip(f"target {target.name!r} names fewer than two configurations to crosscheck")
+    return list(configs), job
+
+
+def test_crosscheck_interleaves_records_and_judges(target, plan, measure):
+    configs, job = plan
+    runs = target.crosscheck(configs, ROUNDS, (job, ROWS))
+    assert [(r.config, r.round) for r in runs] == [(c, i) for i in range(ROUNDS) for c in configs]
+    assert len({r.record.id for r in runs}) == len(runs), "two runs share a job id"
+    for r in runs:
+        assert (r.record.state, r.record.finalStatus) == ("FINISHED", "SUCCEEDED")
+        assert r.record.elapsedTime > 0 and r.record.vcoreSeconds > 0 and r.wall_s > 0
+    text, succeeded = report(runs, configs)
+    assert succeeded and "elapsed median (ms)" in text
+    verdicts = [ln for ln in text.splitlines() if ln.startswith(f"{configs[1]} vs {configs[0]}:")]
+    assert len(verdicts) == 2 and all("significant" in v and "95% CI" in v for v in verdicts)
+    params = {"rows": ROWS}
+    for c in configs:
+        mine = [r.record for r in runs if r.config == c]
+        measure.record(
+            measurement(f"crosscheck.{job}.elapsed", [m.elapsedTime / 1000 for m in mine], unit="s",
+                        direction="lower", config=f"{target.name},{c}", params=params),
+            measurement(f"crosscheck.{job}.vcore_seconds", [m.vcoreSeconds for m in mine], unit="vcore-s",
+                        direction="lower", config=f"{target.name},{c}", params=params))
+
+
+def test_crosscheck_refuses_an_unknown_configuration_before_any_job(target, plan):
+    configs, job = plan
+    with pytest.raises(ConfigError, match="carrier") as info:
+        target.crosscheck([configs[0], f"{configs[0]},carrier=on"], ROUNDS, (job, ROWS))
+    assert "\n" not in str(info.value)
