@@ -3,17 +3,29 @@
 import pytest
 
 
+def _reference_only_reason(target_name: str) -> str:
+    return (f"exercises the reference implementation; target is {target_name!r} "
+            "(the tests written against the target fixture run on it)")
+
+
 @pytest.fixture
 def reference_only(request, hpcnet):
     """A test that drives the reference implementation directly (not through the ``target`` fixture's
     workloads, and not marked ``hadoop``) would not test another target (``--hpcnet-target hadoop``), so
-    it says so and skips there. The mapreduce and dfsio suites use it for every test (their conftests
-    make it autouse); their tests written against ``target`` run on every target."""
+    it says so and skips there. The mapreduce, dfsio and rpc suites use it for every test (their
+    conftests make it autouse); their tests written against ``target`` run on every target."""
     target = hpcnet.target
     uses_target = "target" in getattr(request.node, "fixturenames", ())
     if target.name != "reference" and not uses_target and request.node.get_closest_marker("hadoop") is None:
-        pytest.skip(f"exercises the reference implementation; target is {target.name!r} "
-                    "(the tests written against the target fixture run on it)")
+        pytest.skip(_reference_only_reason(target.name))
+
+
+@pytest.fixture(scope="session")
+def reference_target_only(hpcnet):
+    """``reference_only`` for a session or module fixture that starts reference processes (it is set up
+    before a test's function fixtures, so it skips before anything starts)."""
+    if hpcnet.target.name != "reference":
+        pytest.skip(_reference_only_reason(hpcnet.target.name))
 
 
 @pytest.fixture

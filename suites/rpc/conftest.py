@@ -1,5 +1,5 @@
-"""Fixtures of the rpc suite: a server node and a client node, and echo servers started on the server
-node through the cluster's launchers (``pytest_hpcnet.workloads.rpc``). ``server`` is shared by a
+"""Fixtures of the rpc suite: a server node and a client node, and the reference's echo servers started
+on the server node through the cluster's launchers (``pytest_hpcnet.workloads.rpc``). ``server`` is shared by a
 module's tests per transport (a server start costs ~1 s on a busy 2-core box, and the conformance
 tests check that the server keeps serving after whatever they did to it); ``serve`` starts fresh ones
 that are killed after the test."""
@@ -15,9 +15,15 @@ from pytest_hpcnet.workloads import rpc as wr
 TRANSPORTS = ["tcp", "shm", pytest.param("verbs", marks=[pytest.mark.rdma, pytest.mark.pyverbs])]
 
 
+@pytest.fixture(autouse=True)
+def _reference_only(reference_only):
+    """This suite's tests not written against ``target`` skip under another target (``reference_only``)."""
+
+
 @pytest.fixture(scope="session")
-def nodes(cluster):
-    """(server node, client node): two different nodes of the cluster under test."""
+def nodes(cluster, reference_target_only):
+    """(server node, client node): two different nodes of the cluster under test, for the reference's
+    servers (under another target, the tests that start them skip before any starts)."""
     if len(cluster.nodes) < 2:
         pytest.skip(f"needs two nodes, cluster {cluster.source} has {len(cluster.nodes)}")
     return cluster.nodes[1], cluster.nodes[0]

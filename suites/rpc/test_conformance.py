@@ -1,10 +1,19 @@
-"""RPC conformance against a server running on a cluster node: framing, call-id matching, out-of-order
-responses, handler errors, timeouts, the data length limit, a server that dies, malformed input and
-many connections -- over tcp, shm and (where there is an RDMA device) verbs. The test process is the client (it needs to see exceptions and bytes).
+"""RPC conformance, in two parts.
 
-Over tcp and shm every test runs four ways (``impls``): the Python server and client, the native server
-and client (``impl=native``, the compiled core), and across them (native client <-> Python server, and
-the reverse). The native ones skip, with the reason, where the native core is not built.
+On the target under test (``--hpcnet-target``), through the ``target`` fixture's RPC workloads: the
+target's echo server (the reference's, or Hadoop's RPCCallBenchmark server under ``--hpcnet-target
+hadoop``) answers a Hadoop-wire client byte for byte, at every size and with calls in flight together on
+one connection and on many connections; the target's client drives its own server and the reference's.
+A target without an RPC server or client skips, naming the workload.
+
+The reference's internals, against a server running on a cluster node: framing, call-id matching,
+out-of-order responses, handler errors, timeouts, the data length limit, a server that dies, malformed
+input and many connections -- over tcp, shm and (where there is an RDMA device) verbs. The test process
+is the client (it needs to see exceptions and bytes). These skip under another target, saying so.
+
+Over tcp and shm every reference test runs four ways (``impls``): the Python server and client, the
+native server and client (``impl=native``, the compiled core), and across them (native client <-> Python
+server, and the reverse). The native ones skip, with the reason, where the native core is not built.
 
 The hand-built golden packets (design §8) are checked byte for byte in tests/reference/test_rpc_wire.py;
 here framing is checked on whatever server the suite is pointed at.
@@ -20,8 +29,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from pytest_hpcnet.reference import native
+from pytest_hpcnet.measure import measurement
 from pytest_hpcnet.reference.rpc import (RpcClient, RpcConnectionLost, RpcRemoteError, RpcTimeout, make_client,
                                          wire)
+from pytest_hpcnet.reference.rpc.hadoop_bench import bench_client, bench_server
 from pytest_hpcnet.reference.transport import TransportClosed, TransportError, get_transport
 from pytest_hpcnet.timeouts import scaled
 
@@ -32,6 +43,65 @@ CLIENT_ID = bytes(range(16))
 WAIT = scaled(10)   # for an answer that comes at once on a real machine (the emulated guest scales it)
 
 
+# -- on the target ---------------------------------------------------------------------------------------
+# A Hadoop server's echo message is a Java string: payloads are UTF-8 text (two-byte characters among
+# one-byte ones, so a byte lost or doubled shows), of sizes around the buffer and packet edges.
+TEXT_SIZES = [0, 1, 4095, 65536, (1 << 20) + 3]
+RPC_CLIENTS, RPC_SECONDS, RPC_MSG = 2, 2, 1024
+
+
+def utf8_text(size: int) -> bytes:
+    unit = "hé,".encode()          # 4 bytes, one of them a two-byte character
+    return (unit * (size // len(unit) + 1))[:size - size % len(unit)] + b"x" * (size % len(unit))
+
+
+@pytest.fixture(scope="module")
+def target_server(target):
+    """The target's echo server, one for the module's target tests (a Hadoop one is a JVM)."""
+    if not target.offers("rpc_server"):
+        pytest.skip(str(target.missing("rpc_server")))
+    with target.rpc_server(threads=RPC_CLIENTS) as address:
+        yield tuple(address)
+
+
+def test_target_server_echoes_text_byte_exact_at_every_size(target, target_server):
+    with bench_client(target_server, timeout=scaled(30)) as c:
+        for size in TEXT_SIZES:
+            payload = utf8_text(size)
+            assert c.echo(payload) == payload, f"echo of {size} bytes came back changed"
+
+
+def test_target_server_matches_concurrent_calls_by_call_id(target, target_server):
+    clients = [bench_client(target_server, timeout=scaled(30)) for _ in range(3)]
+    try:
+        def work(t):
+            c = clients[t % len(clients)]
+            return all(c.echo(f"{t}:{i}".encode()) == f"{t}:{i}".encode() for i in range(40))
+        with ThreadPoolExecutor(6) as pool:        # two threads on each connection, three connections
+            assert all(pool.map(work, range(6)))
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_target_client_drives_its_own_server(target, target_server, measure):
+    result = target.rpc_client(target_server, clients=RPC_CLIENTS, seconds=RPC_SECONDS, msg_size=RPC_MSG)
+    assert result.details["calls_per_second"] > 0
+    measure.record(measurement("rpc.echo.calls_per_second", [result.details["calls_per_second"]],
+                               unit="calls/s", direction="higher", config=target.name,
+                               params={"clients": RPC_CLIENTS, "msg_size": RPC_MSG, "seconds": RPC_SECONDS}))
+
+
+def test_target_client_drives_the_reference_server(target):
+    """The reference's server as the fixed point: every call the target's client made arrived, none failed."""
+    with bench_server(handlers=RPC_CLIENTS) as server:
+        result = target.rpc_client(tuple(server.address), clients=RPC_CLIENTS, seconds=RPC_SECONDS,
+                                   msg_size=RPC_MSG)
+        assert server.counters["calls"] > 0 and server.counters["errors"] == 0
+    assert result.details["calls_per_second"] > 0
+
+
+# -- the reference's internals (skip under another target) ---------------------------------------------
 # (server impl, client impl) per parameter
 IMPLS = {"python": ("python", "python"), "native": ("native", "native"),
          "python-server+native-client": ("python", "native"),
