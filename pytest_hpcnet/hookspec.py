@@ -62,9 +62,11 @@ def pytest_hpcnet_targets():
     record) and ``workloads(cluster, launchers, workdir)``, which returns a ``targets.Workloads``
     subclass. Its methods (``teragen``, ``terasort``, ``teravalidate``, ``randomwriter``, ``sort``,
     ``sortvalidate``, ``dfsio``, ``rpc_server``, ``rpc_client``) run the suites' workloads on the stack;
-    one it does not implement skips the tests that need it, naming the target and the workload.
-    ``--hpcnet-target <name>`` selects it, and the conformance suites (``suites/mapreduce``,
-    ``suites/dfsio``) run on it unchanged. A name already taken by another class is refused with a
+    one it does not implement skips the tests that need it, naming the target and the workload. A
+    ``job_record(result)`` (a ``targets.JobRecord`` per job) and ``"crosscheck"`` in ``offered`` make
+    ``hpcnet crosscheck --target <name>`` work on it. ``--hpcnet-target <name>`` selects it, and the
+    conformance suites (``suites/mapreduce``, ``suites/dfsio``, ``suites/rpc``, ``suites/crosscheck``)
+    run on it unchanged. A name already taken by another class is refused with a
     one-line error. Example::
 
         # conftest.py
