@@ -25,8 +25,8 @@ import tempfile
 from pathlib import Path
 
 from .errors import ConfigError
-from .report.crosscheck import judge, render, report, summarize  # noqa: F401  (the report's names, here too)
-from .workloads.crosscheck import JOBS, Run  # noqa: F401
+from .report.crosscheck import report
+from .workloads.crosscheck import JOBS, Run
 
 _SIZE = re.compile(r"^(\d+)([kKmMgGtT]?)$")
 _UNITS = {"": None, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
@@ -66,6 +66,10 @@ def _workloads(target, args, cluster, launchers, root: Path):
     return workloads
 
 
+def _print_run(r: Run) -> None:
+    print(f"  {r.config} round {r.round}: {r.record.id} {r.record.finalStatus} {r.record.elapsedTime} ms", flush=True)
+
+
 def crosscheck_command(args: argparse.Namespace) -> int:
     from . import cluster
     from .targets import load_target
@@ -83,9 +87,7 @@ def crosscheck_command(args: argparse.Namespace) -> int:
                 print(f"crosscheck on {target.name}: {job[0]} {job[1]} rows, {len(args.config)} configurations "
                       f"x {args.repeat} rounds", flush=True)
                 runs = workloads.crosscheck(args.config, args.repeat, job, keep_output=args.keep_output,
-                                            progress=lambda r: print(f"  {r.config} round {r.round}: {r.record.id} "
-                                                                     f"{r.record.finalStatus} {r.record.elapsedTime} ms",
-                                                                     flush=True))
+                                            progress=_print_run)
             finally:
                 workloads.close()
     finally:

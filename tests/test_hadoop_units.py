@@ -13,13 +13,15 @@ import time
 import pytest
 
 from pytest_hpcnet.cli import main as hpcnet_main
-from pytest_hpcnet.crosscheck import Run, judge, parse_job, parse_rows, render, summarize
+from pytest_hpcnet.crosscheck import parse_job, parse_rows
 from pytest_hpcnet.errors import ConfigError
+from pytest_hpcnet.report.crosscheck import judge, render, summarize
 from pytest_hpcnet.targets import load_target
 from pytest_hpcnet.targets.hadoop import budget, jobs, yarn
 from pytest_hpcnet.targets.hadoop.minicluster import (MiniCluster, MiniClusterError, kill_tree, read_hadoop_xml,
                                                       write_client_conf, write_hadoop_xml)
 from pytest_hpcnet.targets.hadoop.runtime import HadoopRuntime, HadoopUnavailable, find_java, find_runtime
+from pytest_hpcnet.workloads.crosscheck import Run
 
 STATUS = """2026-11-30 08:22:18,038 WARN  [main] util.NativeCodeLoader - Unable to load native-hadoop library
 Application Report : 

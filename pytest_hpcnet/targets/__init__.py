@@ -8,9 +8,10 @@ A target is the seam the conformance suites are written against: ``target.worklo
 workdir)`` hands back a ``Workloads`` object whose methods run TeraGen, TeraSort, TeraValidate,
 RandomWriter, Sort, SortValidator and TestDFSIO on that stack (and start an RPC echo server or client
 where it has one); a target that also keeps a per-job record (``job_record``, YARN's application shape)
-offers ``crosscheck``: the same job under several configurations, interleaved and repeated. A workload the stack does not have raises ``WorkloadMissing``; a stack that cannot
-run here (no Java, no shared dir) raises ``TargetUnavailable``: under pytest both skip the test with that
-line. Nothing here imports pytest.
+offers ``crosscheck``: the same job under several configurations, interleaved and repeated. A workload
+the stack does not have raises ``WorkloadMissing``; a stack that cannot run here (no Java, no shared
+dir) raises ``TargetUnavailable``: under pytest both skip the test with that line. Nothing here imports
+pytest.
 """
 
 from __future__ import annotations
@@ -151,7 +152,8 @@ class Workloads:
         shutil.rmtree(path, ignore_errors=True)
 
     # -- MapReduce -----------------------------------------------------------------------------------
-    def teragen(self, rows: int, outdir, *, maps: int = 1, start_row: int = 0, config: str = "") -> WorkloadResult:
+    def teragen(self, rows: int, outdir, *, maps: int = 1, start_row: int = 0,
+                config: str = "") -> WorkloadResult:
         raise self.missing("teragen")
 
     def terasort(self, indir, outdir, *, reduces: int = 1, config: str = "",
@@ -178,7 +180,7 @@ class Workloads:
                    reduces: int = 2, keep_output: bool = False, progress=None) -> list:
         """``job`` (``("teragen" | "terasort", rows)``) under each configuration, ``repeat`` rounds
         interleaved; one ``workloads.crosscheck.Run`` (config, round, JobRecord, wall seconds) per job.
-        ``crosscheck.report`` judges them."""
+        ``report.crosscheck`` judges them."""
         if not self.offers("crosscheck"):
             raise self.missing("crosscheck", "it keeps no per-job record")
         from ..workloads.crosscheck import run_crosscheck
