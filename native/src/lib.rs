@@ -20,6 +20,7 @@ mod dfs_wire;
 mod dfs_writer;
 mod client;
 mod floor;
+mod merge;
 mod pybuf;
 mod sendfile;
 mod server;
@@ -325,5 +326,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     dfs::register(m)?;
     m.add_class::<dfs_writer::PyPacketWriter>()?;
     sendfile::register(m)?;
+    merge::register(m)?;
     Ok(())
 }
