@@ -271,8 +271,12 @@ def close_idle(older_than: float = IDLE_SECONDS) -> int:
     return len(stale)
 
 
-def fetch_from(transport: str, address, node: str, requests: list[dict], timeout: float = 60) -> list[bytes]:
-    """Fetch several segments from one node's server over one connection, in order."""
+def fetch_from(transport: str, address, node: str, requests: list[dict], timeout: float = 60,
+               into: list[memoryview] | None = None) -> list[bytes] | None:
+    """Fetch several segments from one node's server over one connection, in order. With ``into`` (a
+    writable view per request, each the length the map reported) each segment lands in its view and
+    None is returned; a reply of another length is a FetchError, since the segment is then truncated
+    or corrupt."""
     try:
         conn = _checkout(transport, address, timeout)
     except TransportError as e:
@@ -280,7 +284,8 @@ def fetch_from(transport: str, address, node: str, requests: list[dict], timeout
     out = []
     one_sided = transport in ONE_SIDED_TRANSPORTS
     try:
-        for request in requests:
+        for k, request in enumerate(requests):
+            target = into[k] if into is not None else None
             conn.send([json.dumps(dict(request, one_sided=one_sided)).encode()], timeout=timeout)
             msg = conn.recv(timeout=timeout, max_length=MAX_SEGMENT + 1)
             try:
@@ -289,9 +294,20 @@ def fetch_from(transport: str, address, node: str, requests: list[dict], timeout
                     reply = json.loads(bytes(body))
                     if not 0 <= int(reply["size"]) <= min(MAX_SEGMENT, int(reply["region"]["length"])):
                         raise FetchError(f"shuffle server of {node} offered a {reply['size']}-byte segment")
-                    out.append(conn.get(RemoteRegion(**reply["region"]), 0, reply["size"], timeout=timeout))
+                    _check_size(target, int(reply["size"]), node, request)
+                    region = RemoteRegion(**reply["region"])
+                    if target is None:
+                        out.append(conn.get(region, 0, reply["size"], timeout=timeout))
+                    elif hasattr(conn, "get_into"):
+                        conn.get_into(region, 0, target, timeout=timeout)
+                    else:
+                        target[:] = conn.get(region, 0, reply["size"], timeout=timeout)
                 elif status == OK:
-                    out.append(bytes(body))
+                    _check_size(target, len(body), node, request)
+                    if target is None:
+                        out.append(bytes(body))
+                    else:
+                        target[:] = body
                 else:
                     raise FetchError(f"shuffle server of {node}: {bytes(body).decode(errors='replace')}")
             finally:
@@ -300,36 +316,61 @@ def fetch_from(transport: str, address, node: str, requests: list[dict], timeout
         conn.close()
         raise FetchError(f"fetching from {node} failed: {e}", node) from None
     except FetchError:
-        _checkin(transport, address, conn)      # the server answered with an error: still in step
+        _checkin(transport, address, conn)      # the server answered (or we refused its answer): in step
         raise
     except BaseException:
         conn.close()
         raise
     _checkin(transport, address, conn)
-    return out
+    return None if into is not None else out
+
+
+def _check_size(target: memoryview | None, size: int, node: str, request: dict) -> None:
+    """A reply must be the segment the map wrote: a shorter or longer one is truncated or corrupt. (Not
+    the node's fault in the driver's eyes: FetchError without ``node``, so the reduce is retried.)"""
+    if target is not None and size != len(target):
+        raise FetchError(f"segment {request['reduce']} of {request['path']} from {node} is {size} bytes, "
+                         f"but the map wrote {len(target)}: truncated or corrupt")
 
 
 def fetch_segments(sources: list[dict], reduce: int, transport: str, roots: dict[str, Path],
-                   direct: bool, parallel: int = 4) -> tuple[list[bytes], float]:
+                   direct: bool, parallel: int = 4) -> tuple[list, float]:
     """All segments of reduce ``reduce``, in map order, and the seconds it took.
 
-    ``sources``: per map, ``{"node", "root", "path", "server"}``. With ``direct`` the segments are read
-    from this node's own view of the root (the shared dir); otherwise they are fetched from each
-    source's ``server`` address, one connection per serving node, up to ``parallel`` at once (Hadoop's
-    parallel copies)."""
+    ``sources``: per map, ``{"node", "root", "path", "server"}`` and, from the driver, ``"sizes"`` (the
+    map's segment lengths). With ``direct`` the segments are read from this node's own view of the root
+    (the shared dir); otherwise they are fetched from each source's ``server`` address, one connection
+    per serving node, up to ``parallel`` at once (Hadoop's parallel copies).
+
+    Where every source has ``sizes``, the segments land in one buffer allocated once at their total
+    size (fresh memory is what a reduce pays most for here: faulting and zeroing pages), and are
+    returned as views of it; a segment of another length than the map wrote is a FetchError."""
     t0 = time.perf_counter()
+    views = _preallocated(sources, reduce)
     if direct:
-        data = [read_segment(resolve(roots, s["root"], s["path"]), reduce) for s in sources]
+        data = []
+        for i, s in enumerate(sources):
+            base = resolve(roots, s["root"], s["path"])
+            if views is None:
+                data.append(read_segment(base, reduce))
+                continue
+            _, _, length = segment_range(base, reduce)
+            _check_size(views[i], length, s["node"], {"reduce": reduce, "path": s["path"]})
+            read_segment(base, reduce, into=views[i])
+            data.append(views[i])
         return data, time.perf_counter() - t0
     by_server: dict[tuple, list[int]] = {}
     for i, s in enumerate(sources):
         by_server.setdefault((s["node"], tuple(s["server"])), []).append(i)
-    data: list[bytes | None] = [None] * len(sources)
+    data: list = [None] * len(sources) if views is None else list(views)
 
     def pull(key):
         node, address = key
         wanted = by_server[key]
         reqs = [{"root": sources[i]["root"], "path": sources[i]["path"], "reduce": reduce} for i in wanted]
+        if views is not None:
+            fetch_from(transport, address, node, reqs, into=[views[i] for i in wanted])
+            return
         for i, seg in zip(wanted, fetch_from(transport, address, node, reqs)):
             data[i] = seg
 
@@ -338,3 +379,16 @@ def fetch_segments(sources: list[dict], reduce: int, transport: str, roots: dict
             for f in [pool.submit(pull, key) for key in by_server]:
                 f.result()
     return data, time.perf_counter() - t0
+
+
+def _preallocated(sources: list[dict], reduce: int) -> list[memoryview] | None:
+    """One view per source into a single buffer of the segments' total size, or None where a source
+    does not say its sizes."""
+    if not all(isinstance(s.get("sizes"), list) and 0 <= reduce < len(s["sizes"]) for s in sources):
+        return None
+    sizes = [int(s["sizes"][reduce]) for s in sources]
+    if any(n < 0 or n > MAX_SEGMENT for n in sizes):
+        raise FetchError(f"the driver's segment sizes for reduce {reduce} are out of range: {sizes}")
+    whole = memoryview(np.empty(sum(sizes), dtype=np.uint8)).cast("B")
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+    return [whole[offsets[i]:offsets[i + 1]] for i in range(len(sizes))]
