@@ -20,6 +20,7 @@ mod dfs_wire;
 mod dfs_writer;
 mod client;
 mod floor;
+mod map_sort;
 mod merge;
 mod pybuf;
 mod sendfile;
@@ -327,5 +328,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dfs_writer::PyPacketWriter>()?;
     sendfile::register(m)?;
     merge::register(m)?;
+    map_sort::register(m)?;
     Ok(())
 }

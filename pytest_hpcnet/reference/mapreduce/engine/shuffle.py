@@ -60,16 +60,25 @@ class FetchError(HpcnetError):
 
 def write_map_output(base: Path, segments: list) -> list[int]:
     """Write segments (bytes-like or uint8 arrays) as ``base.out`` + ``base.index``; return their sizes."""
-    base.parent.mkdir(parents=True, exist_ok=True)
     segments = [np.ascontiguousarray(s).reshape(-1) if isinstance(s, np.ndarray) else s for s in segments]
-    sizes = [s.nbytes if isinstance(s, np.ndarray) else len(s) for s in segments]
-    offsets = np.zeros(len(segments) + 1, dtype="<i8")
-    np.cumsum(sizes, out=offsets[1:])
+
+    def write(f):
+        for s in segments:
+            f.write(s)
+        return [s.nbytes if isinstance(s, np.ndarray) else len(s) for s in segments]
+    return write_map_output_with(base, write)
+
+
+def write_map_output_with(base: Path, write) -> list[int]:
+    """``write(f)`` puts the segments back to back into the open data file ``f`` and returns their
+    sizes; this writes the index and renames both into place (the native map spills this way)."""
+    base.parent.mkdir(parents=True, exist_ok=True)
     data, index = base.with_name(base.name + DATA_SUFFIX), base.with_name(base.name + INDEX_SUFFIX)
     tmp_data, tmp_index = data.with_name("." + data.name + ".tmp"), index.with_name("." + index.name + ".tmp")
     with open(tmp_data, "wb") as f:
-        for s in segments:
-            f.write(s)
+        sizes = [int(n) for n in write(f)]
+    offsets = np.zeros(len(sizes) + 1, dtype="<i8")
+    np.cumsum(sizes, out=offsets[1:])
     tmp_index.write_bytes(offsets.tobytes())
     os.rename(tmp_data, data)
     os.rename(tmp_index, index)
