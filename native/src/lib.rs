@@ -18,6 +18,7 @@ mod checksum;
 mod dfs;
 mod dfs_wire;
 mod dfs_writer;
+mod fetch;
 mod client;
 mod floor;
 mod map_sort;
@@ -329,5 +330,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     sendfile::register(m)?;
     merge::register(m)?;
     map_sort::register(m)?;
+    fetch::register(m)?;
     Ok(())
 }

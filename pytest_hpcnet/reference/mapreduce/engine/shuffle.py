@@ -281,11 +281,12 @@ def close_idle(older_than: float = IDLE_SECONDS) -> int:
 
 
 def fetch_from(transport: str, address, node: str, requests: list[dict], timeout: float = 60,
-               into: list[memoryview] | None = None) -> list[bytes] | None:
+               into: list[memoryview] | None = None, impl: str = "python") -> list[bytes] | None:
     """Fetch several segments from one node's server over one connection, in order. With ``into`` (a
     writable view per request, each the length the map reported) each segment lands in its view and
     None is returned; a reply of another length is a FetchError, since the segment is then truncated
-    or corrupt."""
+    or corrupt. Over tcp with ``impl="native"`` and ``into``, the compiled core does each exchange
+    (request out, segment straight into its view, GIL released)."""
     try:
         conn = _checkout(transport, address, timeout)
     except TransportError as e:
@@ -295,6 +296,9 @@ def fetch_from(transport: str, address, node: str, requests: list[dict], timeout
     try:
         for k, request in enumerate(requests):
             target = into[k] if into is not None else None
+            if target is not None and impl == "native" and transport == "tcp" and _in_step(conn):
+                _fetch_native(conn, node, request, target, timeout)
+                continue
             conn.send([json.dumps(dict(request, one_sided=one_sided)).encode()], timeout=timeout)
             msg = conn.recv(timeout=timeout, max_length=MAX_SEGMENT + 1)
             try:
@@ -325,13 +329,38 @@ def fetch_from(transport: str, address, node: str, requests: list[dict], timeout
         conn.close()
         raise FetchError(f"fetching from {node} failed: {e}", node) from None
     except FetchError:
-        _checkin(transport, address, conn)      # the server answered (or we refused its answer): in step
+        if not conn.closed:                     # the server answered (or we refused its answer): in step
+            _checkin(transport, address, conn)
         raise
     except BaseException:
         conn.close()
         raise
     _checkin(transport, address, conn)
     return None if into is not None else out
+
+
+def _in_step(conn) -> bool:
+    """Nothing of a reply is buffered in the Python connection, so the socket's next bytes are the next
+    reply's (always so between the strict request/reply exchanges of a fetch)."""
+    return (getattr(conn, "sock", None) is not None and not conn._carry and conn._hdr_n == 0
+            and conn._body is None and conn._ahead is None and conn._growing is None)
+
+
+def _fetch_native(conn, node: str, request: dict, target: memoryview, timeout: float) -> None:
+    """One exchange by the native core; a reply it could not take whole leaves the connection out of
+    step, so that closes it (TransportClosed, which the caller turns into a FetchError)."""
+    body = json.dumps(dict(request, one_sided=False)).encode()
+    try:
+        status, length, text = native.core.fetch_segment_into(conn.sock.fileno(), body, target, timeout)
+    except OSError as e:           # TimeoutError included
+        raise TransportClosed(f"{e}") from None
+    if status == OK[0] and length == len(target):
+        return
+    if status == OK[0] or text is None:
+        conn.close()
+        _check_size(target, length, node, request)
+        raise FetchError(f"shuffle server of {node} sent a {length}-byte reply with status {status}")
+    raise FetchError(f"shuffle server of {node}: {bytes(text).decode(errors='replace')}")
 
 
 def _check_size(target: memoryview | None, size: int, node: str, request: dict) -> None:
@@ -343,7 +372,7 @@ def _check_size(target: memoryview | None, size: int, node: str, request: dict) 
 
 
 def fetch_segments(sources: list[dict], reduce: int, transport: str, roots: dict[str, Path],
-                   direct: bool, parallel: int = 4) -> tuple[list, float]:
+                   direct: bool, parallel: int = 4, impl: str = "python") -> tuple[list, float]:
     """All segments of reduce ``reduce``, in map order, and the seconds it took.
 
     ``sources``: per map, ``{"node", "root", "path", "server"}`` and, from the driver, ``"sizes"`` (the
@@ -378,7 +407,7 @@ def fetch_segments(sources: list[dict], reduce: int, transport: str, roots: dict
         wanted = by_server[key]
         reqs = [{"root": sources[i]["root"], "path": sources[i]["path"], "reduce": reduce} for i in wanted]
         if views is not None:
-            fetch_from(transport, address, node, reqs, into=[views[i] for i in wanted])
+            fetch_from(transport, address, node, reqs, into=[views[i] for i in wanted], impl=impl)
             return
         for i, seg in zip(wanted, fetch_from(transport, address, node, reqs)):
             data[i] = seg

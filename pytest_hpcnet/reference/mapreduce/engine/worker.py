@@ -202,7 +202,7 @@ class Worker:
         """Fetch reduce ``reduce``'s segments, then ``merge(data, sources, file)``: write the merged
         records to the open ``file`` and return how many there were."""
         try:
-            data, fetch_s = fetch_segments(sources, reduce, transport, self.roots, direct)
+            data, fetch_s = fetch_segments(sources, reduce, transport, self.roots, direct, impl=self.impl)
         except FetchError:
             raise
         except OSError as e:   # direct read of a segment that vanished
