@@ -33,8 +33,8 @@ from ....cluster.nodeprogram import node_main
 from . import protocol
 from .protocol import TOKEN_ENV
 from ...transport import TransportError, verbs
-from .shuffle import (FetchError, ShuffleServer, close_idle, fetch_segments, resolve, write_map_output,
-                      write_map_output_with)
+from .shuffle import (FetchError, KeptBuffer, ShuffleServer, close_idle, fetch_segments, resolve,
+                      write_map_output, write_map_output_with)
 from .. import randomwriter, sort as kvsort, teragen, teravalidate
 from ..partition import partition
 from ..records import (RECORD_LENGTH, Split, key_columns, key_order, misordered_positions, part_name,
@@ -119,6 +119,7 @@ class Worker:
         self.node = node
         # native: the reduce merges in the compiled core and the tcp server sends by sendfile
         self.impl = native.resolve_impl(impl, "mapreduce worker impl")
+        self.reduce_buffer = KeptBuffer()     # where each reduce's segments land, reused by the next
         self.roots = {"local": Path(workdir)}
         if shared is not None:
             self.roots["shared"] = Path(shared)
@@ -202,7 +203,8 @@ class Worker:
         """Fetch reduce ``reduce``'s segments, then ``merge(data, sources, file)``: write the merged
         records to the open ``file`` and return how many there were."""
         try:
-            data, fetch_s = fetch_segments(sources, reduce, transport, self.roots, direct, impl=self.impl)
+            data, fetch_s = fetch_segments(sources, reduce, transport, self.roots, direct, impl=self.impl,
+                                           buffer=self.reduce_buffer)
         except FetchError:
             raise
         except OSError as e:   # direct read of a segment that vanished
