@@ -117,7 +117,8 @@ class Worker:
     def __init__(self, node: str, workdir: Path, shared: Path | None, addresses: dict[str, str],
                  impl: str | None = None):
         self.node = node
-        # native: the reduce merges in the compiled core and the tcp server sends by sendfile
+        # native: TeraSort's map sorts and spills, and its reduce fetches (tcp) and merges, in the compiled
+        # core, and the tcp server sends by sendfile; python: the numpy path, the same bytes out
         self.impl = native.resolve_impl(impl, "mapreduce worker impl")
         self.reduce_buffer = KeptBuffer()     # where each reduce's segments land, reused by the next
         self.roots = {"local": Path(workdir)}
