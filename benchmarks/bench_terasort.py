@@ -56,7 +56,7 @@ def _numpy_sort_once(indir: Path, scratch: Path) -> dict[str, float]:
 class _Rig:
     """local:4 cluster + engine + input, in a temporary directory removed by ``close``."""
 
-    def __init__(self, rows: int, input_dir: Path | None = None):
+    def __init__(self, rows: int, input_dir: Path | None = None, impl: str | None = None):
         from pytest_hpcnet import cluster as clusters
         from pytest_hpcnet.reference.mapreduce.engine import jobs
         from pytest_hpcnet.reference.mapreduce.engine.driver import Engine
@@ -64,7 +64,7 @@ class _Rig:
         self._stack = ExitStack()
         self.cluster, self.launchers = self._stack.enter_context(clusters.open(f"local:{NODES}", self.tmp))
         try:
-            self.engine = Engine(self.cluster, self.launchers, job_timeout=3600).start()
+            self.engine = Engine(self.cluster, self.launchers, job_timeout=3600, impl=impl).start()
             if input_dir is None:
                 input_dir = self.cluster.shared / "input"
                 jobs.teragen(self.engine, rows, input_dir, maps=NODES)
@@ -156,13 +156,15 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=2,
                         help="rounds over the configurations after one warm-up job (the best job is shown)")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS))
+    parser.add_argument("--impl", choices=("native", "python"), default=None,
+                        help="the workers' data path (default: native where the core is built)")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
-    rig = _Rig(args.rows)
+    rig = _Rig(args.rows, impl=args.impl)
     try:
         mb = rig.bytes / 1e6
         print(f"input: {args.rows:,} rows = {mb:,.0f} MB in {NODES} files on local:{NODES} "
-              f"(teragen {time.perf_counter() - t0:.1f} s)", flush=True)
+              f"(teragen {time.perf_counter() - t0:.1f} s); impl={args.impl or 'default'}", flush=True)
         limit = numpy_limit(rig.input, rig.tmp)
         print(f"numpy limit: {limit['total']:.2f} s (read {limit['read']:.2f}, sort {limit['sort']:.2f}, "
               f"write {limit['write']:.2f}) = {mb / limit['total']:.0f} MB/s", flush=True)

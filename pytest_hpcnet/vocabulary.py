@@ -40,6 +40,7 @@ METRICS: frozenset[str] = frozenset({
     # mapreduce (pytest_hpcnet.workloads.mapreduce)
     *(f"mapreduce.{job}.job_time" for job in _MAPREDUCE),
     *(f"mapreduce.{job}.phase.{phase}" for job in _MAPREDUCE for phase in ("map", "shuffle", "reduce")),
+    "mapreduce.terasort.merge.floor",
     # qjump (pytest_hpcnet.workloads.qjump.scenarios)
     "qjump.barrier.p50", "qjump.barrier.p99", "qjump.barrier.p99_9", "qjump.default_level.throughput",
     # suites/crosscheck: Hadoop beside the reference, and the crosscheck workload's per-job records

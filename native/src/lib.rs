@@ -18,8 +18,11 @@ mod checksum;
 mod dfs;
 mod dfs_wire;
 mod dfs_writer;
+mod fetch;
 mod client;
 mod floor;
+mod map_sort;
+mod merge;
 mod pybuf;
 mod sendfile;
 mod server;
@@ -325,5 +328,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     dfs::register(m)?;
     m.add_class::<dfs_writer::PyPacketWriter>()?;
     sendfile::register(m)?;
+    merge::register(m)?;
+    map_sort::register(m)?;
+    fetch::register(m)?;
     Ok(())
 }

@@ -108,3 +108,40 @@ def run_configs(engine: Engine, inp: Input, configs: list[str], *, rounds: int =
         for timer in (list(timers.values()) if forward else list(timers.values())[::-1]):
             timer()
     return timers
+
+
+# --- the reduce-side merge alone, native against Python (issue 17) ------------------------------------
+
+MERGE_METRIC = "mapreduce.terasort.merge.floor"   # per round, the fastest of MERGE_TRIES merges (s)
+MERGE_TRIES = 2
+
+
+def merge_input(records: int = 100_000, runs: int = 16, seed: int = 17) -> list:
+    """Key-sorted runs of random 100-byte records, as a reduce gets them from its maps."""
+    import numpy as np
+    from ..reference.mapreduce.records import sort_records
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, 256, size=(records, 100), dtype=np.uint8)
+    return [np.ascontiguousarray(sort_records(part)) for part in np.array_split(data, runs)]
+
+
+def merge_timer(impl: str, runs: list):
+    """A call that merges ``runs`` the way ``impl``'s reduce does, output into fresh memory (numpy's
+    merge_runs; the core's merge_records_into a new buffer), and returns the fastest of MERGE_TRIES
+    tries in seconds: the merge's own cost, which the job time buries under fetch and write."""
+    import time
+
+    import numpy as np
+    from ..reference import native
+    from ..reference.mapreduce.engine.worker import merge_runs
+    flat = [r.reshape(-1) for r in runs]
+    total = sum(r.size for r in flat)
+
+    def once() -> float:
+        t0 = time.perf_counter()
+        if impl == "native":
+            native.core.merge_records_into(flat, np.empty(total, dtype=np.uint8))
+        else:
+            merge_runs(runs)
+        return time.perf_counter() - t0
+    return lambda: min(once() for _ in range(MERGE_TRIES))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 
 from pytest_hpcnet.claims import load_claims
+from pytest_hpcnet.measure import measurement
+from pytest_hpcnet.reference import native
 from pytest_hpcnet.reference.mapreduce.engine.config import parse_config
 from pytest_hpcnet.workloads import mapreduce as wm
 
@@ -18,7 +20,10 @@ from .mapreduce_pairs import CLAIMS_FILE, PairRun, job_of
 
 TERASORT_ROWS = 200_000
 SORT_BYTES = 8 << 20
-LOCAL = [c for c in load_claims([CLAIMS_FILE]).values() if c.is_local]
+# the merge claim compares implementations, not engine configurations: test_native_merge_cost has it
+LOCAL = [c for c in load_claims([CLAIMS_FILE]).values() if c.is_local and c.metric != wm.MERGE_METRIC]
+MERGE_CLAIM = "mapreduce.local.terasort.native_vs_python.merge"
+MERGE_ROUNDS = 10
 PAIRS = sorted({(job_of(c), c.baseline, c.candidate) for c in LOCAL})
 
 
@@ -50,3 +55,23 @@ def test_local_claims(engine, inputs, shared_dir, measure, claim, job, baseline,
     for phase_name in ("map", "shuffle", "reduce"):
         assert all(r.phases[phase_name] >= 0 for r in run.base.results + run.cand.results)
     assert all(r.records == inp.records for r in run.base.results + run.cand.results)
+
+
+def test_native_merge_cost(measure, claim):
+    """The reduce's merge alone, the compiled core's against numpy's, on the same runs (100k records in
+    16 runs), taking turns round by round in this process: the design effect of the native merge."""
+    if not native.AVAILABLE:
+        claim(MERGE_CLAIM, None, unavailable=native.WHY_NOT)
+    runs = wm.merge_input()
+    paired = measure.paired(("impl=python", wm.merge_timer("python", runs)),
+                            ("impl=native", wm.merge_timer("native", runs)),
+                            rounds=MERGE_ROUNDS, warmup=1, metric=wm.MERGE_METRIC)
+    try:
+        claim(MERGE_CLAIM, paired)
+    finally:
+        measure.record(*(measurement(wm.MERGE_METRIC, samples, unit="s", direction="lower", config=name,
+                                     nodes=("test-process",),
+                                     params={"records": sum(len(r) for r in runs), "runs": len(runs),
+                                             "per_round": f"min of {wm.MERGE_TRIES}"})
+                         for name, samples in ((paired.baseline_name, paired.baseline),
+                                               (paired.candidate_name, paired.candidate))))

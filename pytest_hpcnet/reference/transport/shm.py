@@ -341,6 +341,14 @@ class ShmConnection(StreamConnection):
             raise TransportError(f"get of {length} bytes at {offset} is outside the region")
         return bytes(view[offset:offset + length])
 
+    def get_into(self, remote: RemoteRegion, offset: int, into: memoryview, timeout: float | None = None) -> None:
+        """``get`` of ``len(into)`` bytes straight into a caller's buffer: one copy, no new bytes object
+        (a reducer's segments land in one buffer it allocated once)."""
+        view = self._map(remote)
+        if offset < 0 or offset + len(into) > remote.length:
+            raise TransportError(f"get of {len(into)} bytes at {offset} is outside the region")
+        into[:] = view[offset:offset + len(into)]
+
 
 def _release(mm: mmap.mmap, fds: list[int], liveness: socket.socket) -> None:
     for fd in fds:

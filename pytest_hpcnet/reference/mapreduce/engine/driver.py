@@ -128,7 +128,8 @@ class Engine:
 
     def __init__(self, cluster, launchers, *, nodes=None, max_attempts: int = 4,
                  heartbeat_timeout: float = 10.0, start_timeout: float = 60.0,
-                 driver_host: str | None = None, network: str = "eth", job_timeout: float = 900.0):
+                 driver_host: str | None = None, network: str = "eth", job_timeout: float = 900.0,
+                 impl: str | None = None):
         if max_attempts < 1:
             raise HpcnetError(f"max_attempts must be >= 1, got {max_attempts}")
         self.cluster, self.launchers = cluster, launchers
@@ -139,6 +140,7 @@ class Engine:
         self.start_timeout = start_timeout
         self.driver_host = driver_host or controller_host(cluster, network)
         self.job_timeout = job_timeout
+        self.impl = impl            # the workers' data path (native.IMPLS); None: each worker's default
         self._deadline = float("inf")
         self.workers: dict[str, WorkerHandle] = {}
         self._selector = selectors.DefaultSelector()
@@ -178,6 +180,8 @@ class Engine:
             argv = [sys.executable, "-m", WORKER_MODULE, "--driver", f"{host}:{port}", "--node", node.name,
                     "--workdir", str(node.workdir), "--shared", str(node.shared or ""),
                     "--addresses", json.dumps(dict(node.addresses))]
+            if self.impl is not None:
+                argv += ["--impl", self.impl]
             token = secrets.token_hex(16)     # names this launch: a hello must carry it
             self.workers[node.name] = WorkerHandle(node, self.launchers.start(node, argv, env={TOKEN_ENV: token}))
             self.workers[node.name].token = token
@@ -542,7 +546,10 @@ class Engine:
         if not w.alive:
             w = self.live_workers()[0]      # only reachable for shared output: lost() dropped local ones
         server = w.shuffle["tcp"][config.net] if config.transport == "tcp" else w.shuffle[config.transport]
-        return {"node": w.name, "root": root, "path": output["path"], "server": server}
+        # the map's segment sizes: the reduce fetches into one buffer of their total, and knows a
+        # truncated or corrupt reply when it sees one
+        return {"node": w.name, "root": root, "path": output["path"], "server": server,
+                "sizes": output["sizes"]}
 
     def _cleanup(self, root: str, job_dir: str) -> None:
         """Remove the job's intermediate files on every live node (best effort; never fails a job)."""

@@ -28,15 +28,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ... import auth
+from ... import auth, native
 from ....cluster.nodeprogram import node_main
 from . import protocol
 from .protocol import TOKEN_ENV
 from ...transport import TransportError, verbs
-from .shuffle import FetchError, ShuffleServer, close_idle, fetch_segments, resolve, write_map_output
+from .shuffle import (FetchError, KeptBuffer, ShuffleServer, close_idle, fetch_segments, resolve,
+                      write_map_output, write_map_output_with)
 from .. import randomwriter, sort as kvsort, teragen, teravalidate
 from ..partition import partition
-from ..records import RECORD_LENGTH, Split, key_columns, key_order, part_name
+from ..records import (RECORD_LENGTH, Split, key_columns, key_order, misordered_positions, part_name,
+                       record_count)
 
 HEARTBEAT_SECONDS = 0.5
 
@@ -67,22 +69,71 @@ def merge_runs(segments: list[np.ndarray]) -> np.ndarray:
     return np.take(records, order, axis=0)
 
 
+def check_runs(segments: list[np.ndarray], sources: list[dict] | None = None) -> None:
+    """A reduce's input must be key-sorted runs: a run that is not was corrupted on its way (the Python
+    merge would sort it quietly; the native one refuses it, and so does this check)."""
+    for i, seg in enumerate(segments):
+        bad = misordered_positions(seg)
+        if len(bad):
+            raise FetchError(f"segment of map {i}{_from(sources, i)} is corrupt: not key-sorted at record {bad[0]}")
+
+
+def _from(sources: list[dict] | None, i: int) -> str:
+    return f" (from {sources[i]['node']})" if sources and i < len(sources) else ""
+
+
+def merge_python(data: list, sources: list[dict], f) -> tuple[int, float]:
+    """The reduce's merge in numpy (``impl=python``): records written to ``f``, and the merge's seconds."""
+    t0 = time.perf_counter()
+    segs = [np.frombuffer(d, dtype=np.uint8).reshape(-1, RECORD_LENGTH) if len(d) % RECORD_LENGTH == 0
+            else _partial(d, i, sources) for i, d in enumerate(data)]
+    check_runs(segs, sources)
+    merged = merge_runs(segs)
+    t1 = time.perf_counter()
+    f.write(np.ascontiguousarray(merged).reshape(-1))
+    return len(merged), t1 - t0
+
+
+def merge_native(data: list, sources: list[dict], f) -> tuple[int, float]:
+    """The same merge in the compiled core, streamed onto ``f``'s descriptor (so merge and write are
+    one step; the write is counted as merge time)."""
+    t0 = time.perf_counter()
+    f.flush()
+    try:
+        records = native.core.merge_records_to_fd(data, f.fileno())
+    except ValueError as e:            # "run i is ...": a segment that is not whole or not sorted
+        text = str(e)
+        i = int(text.split()[1]) if text.startswith("run ") else -1
+        raise FetchError(f"segment of map {i}{_from(sources, i)} is corrupt ({text})") from None
+    return records, time.perf_counter() - t0
+
+
+def _partial(d, i: int, sources) -> np.ndarray:
+    raise FetchError(f"segment of map {i}{_from(sources, i)} is corrupt: {len(d)} bytes is not a whole "
+                     f"number of {RECORD_LENGTH}-byte records")
+
+
 class Worker:
-    def __init__(self, node: str, workdir: Path, shared: Path | None, addresses: dict[str, str]):
+    def __init__(self, node: str, workdir: Path, shared: Path | None, addresses: dict[str, str],
+                 impl: str | None = None):
         self.node = node
+        # native: TeraSort's map sorts and spills, and its reduce fetches (tcp) and merges, in the compiled
+        # core, and the tcp server sends by sendfile; python: the numpy path, the same bytes out
+        self.impl = native.resolve_impl(impl, "mapreduce worker impl")
+        self.reduce_buffer = KeptBuffer()     # where each reduce's segments land, reused by the next
         self.roots = {"local": Path(workdir)}
         if shared is not None:
             self.roots["shared"] = Path(shared)
         self.servers = []
         for net, host in sorted(addresses.items()):
-            self.servers.append(("tcp", net, ShuffleServer("tcp", host, self.roots)))
-        self.servers.append(("shm", None, ShuffleServer("shm", node, self.roots)))
+            self.servers.append(("tcp", net, ShuffleServer("tcp", host, self.roots, impl=self.impl)))
+        self.servers.append(("shm", None, ShuffleServer("shm", node, self.roots, impl=self.impl)))
         self.verbs_unavailable = verbs.unavailable_reason() if verbs.looks_usable() else \
             "no pyverbs or no ACTIVE RDMA port with an IPv4 address on this node"
         if self.verbs_unavailable is None:
             host = addresses.get("ib") or addresses.get("eth") or "127.0.0.1"   # loopback: the RDMA address
             try:
-                self.servers.append(("verbs", None, ShuffleServer("verbs", host, self.roots)))
+                self.servers.append(("verbs", None, ShuffleServer("verbs", host, self.roots, impl=self.impl)))
             except TransportError as e:
                 self.verbs_unavailable = f"the verbs shuffle server did not start: {e}"
 
@@ -108,16 +159,37 @@ class Worker:
         return resolve(self.roots, root, path)
 
     def op_terasort_map(self, path, start, length, split_points, reduces, root, out):
+        points = [bytes.fromhex(k) for k in split_points]
+        # (an empty sample gives no split points: the other partitions are then empty, but exist)
+        if self.impl == "native":
+            return self._terasort_map_native(Split(Path(path), start, length), points, reduces, root, out)
         t0 = time.perf_counter()
         records = Split(Path(path), start, length).read()
         t1 = time.perf_counter()
-        # (an empty sample gives no split points: the other partitions are then empty, but exist)
-        segments = sort_and_cut(records, [bytes.fromhex(k) for k in split_points], reduces)
+        segments = sort_and_cut(records, points, reduces)
         t2 = time.perf_counter()
         sizes = write_map_output(self._map_base(root, out), segments)
         t3 = time.perf_counter()
         return {"records": len(records), "sizes": sizes, "seconds": {"read": t1 - t0, "sort": t2 - t1,
                                                                     "spill": t3 - t2}}
+
+    def _terasort_map_native(self, split: Split, points: list[bytes], reduces: int, root, out):
+        """The same map in the compiled core: read, sort and spill in one call (``read`` and ``spill``
+        are counted in ``sort``). The partitions past the split points' are empty, as numpy's."""
+        t0 = time.perf_counter()
+        first, count = split.record_range()
+        total = record_count(split.path)
+        first = min(first, total)
+        count = min(count, total - first)
+
+        def spill(f):
+            with open(split.path, "rb") as src:
+                f.flush()
+                sizes = native.core.terasort_sort_and_spill(src.fileno(), first, count, points, f.fileno())
+            return (list(sizes) + [0] * reduces)[:reduces]
+        sizes = write_map_output_with(self._map_base(root, out), spill)
+        return {"records": count, "sizes": sizes, "seconds": {"read": 0.0, "sort": time.perf_counter() - t0,
+                                                             "spill": 0.0}}
 
     def op_sort_map(self, path, reduces, root, out):
         t0 = time.perf_counter()
@@ -129,36 +201,42 @@ class Worker:
                 "seconds": {"sort": t1 - t0, "spill": time.perf_counter() - t1}}
 
     def _reduce(self, reduce, sources, transport, direct, outdir, merge):
+        """Fetch reduce ``reduce``'s segments, then ``merge(data, sources, file)``: write the merged
+        records to the open ``file`` and return how many there were."""
         try:
-            data, fetch_s = fetch_segments(sources, reduce, transport, self.roots, direct)
+            data, fetch_s = fetch_segments(sources, reduce, transport, self.roots, direct, impl=self.impl,
+                                           buffer=self.reduce_buffer)
         except FetchError:
             raise
         except OSError as e:   # direct read of a segment that vanished
             raise FetchError(f"reading map output directly failed: {e}") from None
         t0 = time.perf_counter()
-        payload, records = merge(data)
-        t1 = time.perf_counter()
         final = Path(outdir) / part_name("r", reduce)
         tmp = final.with_name(f".{final.name}.{self.node}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(payload)
-        os.rename(tmp, final)
+        try:
+            with open(tmp, "wb") as f:
+                records, merge_s = merge(data, sources, f)
+            os.rename(tmp, final)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         t2 = time.perf_counter()
         return {"records": records, "bytes": sum(len(d) for d in data),
-                "seconds": {"fetch": fetch_s, "merge": t1 - t0, "write": t2 - t1}}
+                "seconds": {"fetch": fetch_s, "merge": merge_s, "write": t2 - t0 - merge_s}}
 
     def op_terasort_reduce(self, reduce, sources, transport, direct, outdir):
-        def merge(data):
-            segs = [np.frombuffer(d, dtype=np.uint8).reshape(-1, RECORD_LENGTH) for d in data]
-            merged = merge_runs(segs)
-            return np.ascontiguousarray(merged).reshape(-1), len(merged)
-        return self._reduce(reduce, sources, transport, direct, outdir, merge)
+        return self._reduce(reduce, sources, transport, direct, outdir,
+                            merge_native if self.impl == "native" else merge_python)
 
     def op_sort_reduce(self, reduce, sources, transport, direct, outdir):
-        def merge(data):
+        def merge(data, sources, f):
+            t0 = time.perf_counter()
             segs = [randomwriter.decode_records(d, f"segment from map {i}") for i, d in enumerate(data)]
             merged = kvsort.merge_sorted(segs)
-            return randomwriter.encode_records(merged), len(merged)
+            payload = randomwriter.encode_records(merged)
+            t1 = time.perf_counter()
+            f.write(payload)
+            return len(merged), t1 - t0
         return self._reduce(reduce, sources, transport, direct, outdir, merge)
 
     def op_teragen(self, rows, index, maps, start, outdir):
@@ -237,6 +315,8 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--shared", default="")
     parser.add_argument("--addresses", default='{"eth": "127.0.0.1"}', help="JSON {network: address}")
+    parser.add_argument("--impl", default=None, choices=native.IMPLS,
+                        help="data path: native (the compiled core) or python; default: native where built")
     return node_main(parser, _run, argv, label="mapreduce worker")
 
 
@@ -244,7 +324,7 @@ def _run(args) -> int:
     # No announcement: the worker dials the driver's control socket, and that connection is its "ready".
     host, _, port = args.driver.rpartition(":")
     worker = Worker(args.node, Path(args.workdir), Path(args.shared) if args.shared else None,
-                    json.loads(args.addresses))
+                    json.loads(args.addresses), impl=args.impl)
     try:
         return serve((host, int(port)), worker)
     finally:
