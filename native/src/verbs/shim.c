@@ -69,17 +69,25 @@ static char load_error[256];
         }                                                                               \
     } while (0)
 
+/* The library's soname, or the file $<env> names instead (tests name a missing one). */
+static void *open_lib(const char *env, const char *soname, const char *package) {
+    const char *name = getenv(env);
+    if (!name || !*name)
+        name = soname;
+    void *lib = dlopen(name, RTLD_NOW | RTLD_GLOBAL);
+    if (!lib)
+        snprintf(load_error, sizeof load_error, "cannot load %s (install rdma-core's %s): %s", name, package,
+                 dlerror());
+    return lib;
+}
+
 static int load_all(void) {
-    void *libibverbs = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_GLOBAL);
-    if (!libibverbs) {
-        snprintf(load_error, sizeof load_error, "cannot load libibverbs.so.1 (install rdma-core's libibverbs1): %s", dlerror());
+    void *libibverbs = open_lib("HPCNET_LIBIBVERBS", "libibverbs.so.1", "libibverbs1");
+    if (!libibverbs)
         return -1;
-    }
-    void *librdmacm = dlopen("librdmacm.so.1", RTLD_NOW | RTLD_GLOBAL);
-    if (!librdmacm) {
-        snprintf(load_error, sizeof load_error, "cannot load librdmacm.so.1 (install rdma-core's librdmacm1): %s", dlerror());
+    void *librdmacm = open_lib("HPCNET_LIBRDMACM", "librdmacm.so.1", "librdmacm1");
+    if (!librdmacm)
         return -1;
-    }
     RESOLVE(libibverbs, ibv_alloc_pd);
     RESOLVE(libibverbs, ibv_dealloc_pd);
     RESOLVE(libibverbs, ibv_reg_mr);
