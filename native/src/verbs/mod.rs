@@ -56,6 +56,17 @@ pub fn spin() -> std::time::Duration {
     })
 }
 
+/// How long the server's loop busy-polls its verbs connections after a message before it sleeps:
+/// `HPCNET_VERBS_SERVER_SPIN_US`, default 300 (long enough for an emulated client's next call).
+pub fn server_spin() -> std::time::Duration {
+    static SPIN: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+    *SPIN.get_or_init(|| {
+        let us = std::env::var("HPCNET_VERBS_SERVER_SPIN_US").ok().and_then(|v| v.parse::<f64>().ok())
+            .filter(|v| (0.0..1e6).contains(v)).unwrap_or(300.0);
+        std::time::Duration::from_secs_f64(us * 1e-6)
+    })
+}
+
 /// Why native verbs cannot run here, or None.
 pub fn unavailable() -> Option<String> {
     ffi::load().err()
