@@ -401,6 +401,7 @@ impl EventLoop {
                 self.on_writable(id);
             }
             if spinning {
+                std::thread::yield_now(); // let rxe's kernel workers run (see VerbsEnd::wait)
                 for &id in &hot {
                     let busy = matches!(self.conns.get(&id).map(|c| &c.stream), Some(Io::Verbs(e)) if e.readable());
                     if busy {

@@ -267,7 +267,9 @@ impl VerbsEnd {
                 return false;
             }
             if now < spin_until {
-                std::hint::spin_loop();
+                // yield, not a bare spin: rxe's kernel workers must run on this CPU for our completion
+                // to come, and a process spinning through its time slice delays them by milliseconds
+                std::thread::yield_now();
                 continue;
             }
             break;
