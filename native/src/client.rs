@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::buffers::{BufferStats, Design};
 use crate::shm::ShmEnd;
+use crate::verbs::VerbsEnd;
 use crate::wire::{self, Cursor, Frame, RequestHeader, ResponseHeader};
 
 const READ_SLICE: Duration = Duration::from_millis(50);
@@ -35,10 +36,18 @@ struct State {
     waiting: usize, // callers asleep on the condvar (a notify is a syscall: only when someone waits)
 }
 
-/// The byte stream under a connection: a tcp socket, or one end of shm rings.
+/// The byte stream under a connection: a tcp socket, one end of shm rings, or a verbs connection.
 enum Link {
     Tcp(TcpStream),
     Shm(Arc<ShmEnd>),
+    Verbs(Arc<VerbsEnd>),
+}
+
+/// Where a client connects.
+pub enum Dial<'a> {
+    Tcp(SocketAddr),
+    Shm(&'a str, u16),
+    Verbs(&'a str, u16),
 }
 
 impl Link {
@@ -49,6 +58,16 @@ impl Link {
             Link::Shm(e) => match e.read(buf) {
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
                     if e.wait_readable(READ_SLICE) {
+                        e.read(buf)
+                    } else {
+                        Err(io::ErrorKind::TimedOut.into())
+                    }
+                }
+                other => other,
+            },
+            Link::Verbs(e) => match e.read(buf) {
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                    if e.wait(false, READ_SLICE) {
                         e.read(buf)
                     } else {
                         Err(io::ErrorKind::TimedOut.into())
@@ -103,6 +122,28 @@ impl Link {
                 }
                 Ok(())
             }
+            Link::Verbs(e) => {
+                let deadline = Instant::now() + timeout;
+                let (mut head, mut body) = (head, body);
+                while !(head.is_empty() && body.is_empty()) {
+                    match e.write_vectored(&[head, body]) {
+                        Ok(n) => {
+                            let h = n.min(head.len());
+                            head = &head[h..];
+                            body = &body[n - h..];
+                        }
+                        Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                            let now = Instant::now();
+                            if now >= deadline || !e.wait(true, deadline - now) {
+                                return Err(io::Error::new(io::ErrorKind::TimedOut,
+                                                          "the peer returned no send credits"));
+                            }
+                        }
+                        Err(err) => return Err(err),
+                    }
+                }
+                Ok(())
+            }
         }
     }
 
@@ -112,6 +153,7 @@ impl Link {
                 let _ = s.shutdown(std::net::Shutdown::Both);
             }
             Link::Shm(e) => e.close(),
+            Link::Verbs(e) => e.close(),
         }
     }
 }
@@ -193,14 +235,14 @@ pub struct Client {
 }
 
 impl Client {
-    /// `shm`: Some((host, port)) of an shm server (`addr` is then unused).
     #[allow(clippy::too_many_arguments)]
-    pub fn connect(addr: SocketAddr, shm: Option<(&str, u16)>, client_id: Vec<u8>, user: &str, protocol: &str,
+    pub fn connect(dial: Dial<'_>, client_id: Vec<u8>, user: &str, protocol: &str,
                    connect_timeout: Duration, max_data_length: usize, design: Design)
                    -> Result<Client, CallError> {
-        let peer = match shm {
-            Some((h, p)) => format!("shm {h}:{p}"),
-            None => format!("{}:{}", addr.ip(), addr.port()),
+        let peer = match &dial {
+            Dial::Shm(h, p) => format!("shm {h}:{p}"),
+            Dial::Verbs(h, p) => format!("verbs {h}:{p}"),
+            Dial::Tcp(addr) => format!("{}:{}", addr.ip(), addr.port()),
         };
         let lost = |e: io::Error| {
             if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
@@ -209,12 +251,16 @@ impl Client {
                 CallError::Lost(format!("connecting to {peer}: {e}"))
             }
         };
-        let (mut wlink, rlink) = match shm {
-            Some((h, p)) => {
+        let (mut wlink, rlink) = match dial {
+            Dial::Shm(h, p) => {
                 let end = Arc::new(crate::shm::connect(h, p, connect_timeout).map_err(lost)?);
                 (Link::Shm(end.clone()), Link::Shm(end))
             }
-            None => {
+            Dial::Verbs(h, p) => {
+                let end = Arc::new(crate::verbs::cm::connect(h, p, connect_timeout).map_err(lost)?);
+                (Link::Verbs(end.clone()), Link::Verbs(end))
+            }
+            Dial::Tcp(addr) => {
                 let stream = TcpStream::connect_timeout(&addr, connect_timeout).map_err(lost)?;
                 stream.set_nodelay(true).map_err(lost)?;
                 stream.set_write_timeout(Some(connect_timeout)).map_err(lost)?;

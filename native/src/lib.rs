@@ -27,10 +27,11 @@ mod pybuf;
 mod sendfile;
 mod server;
 mod shm;
+mod verbs;
 mod wire;
 
 use buffers::{BufferStats, Design};
-use client::{CallError, Client};
+use client::{CallError, Client, Dial};
 use server::{Config, Listen, Reply, Server, Shared};
 
 create_exception!(_native, NativeError, PyException,
@@ -75,6 +76,13 @@ fn seconds(s: f64) -> PyResult<Duration> {
     Duration::try_from_secs_f64(s).map_err(|_| PyValueError::new_err(format!("bad duration {s}")))
 }
 
+/// Why native verbs cannot run here (built without rdma-core's headers, or libibverbs/librdmacm do not
+/// load), or None. Loads the libraries on first use.
+#[pyfunction]
+fn verbs_unavailable() -> Option<String> {
+    verbs::unavailable()
+}
+
 /// A Hadoop IPC v9 client connection over tcp.
 #[pyclass(frozen, name = "Client", module = "pytest_hpcnet_native._native")]
 struct PyClient {
@@ -92,12 +100,13 @@ impl PyClient {
         let t = seconds(connect_timeout)?;
         let cid = client_id.to_vec();
         let d = design(buffers)?;
-        let (addr, shm) = match transport {
-            "tcp" => (resolve(host, port)?, None),
-            "shm" => ("0.0.0.0:0".parse().unwrap(), Some((host, port))),
-            other => return Err(PyValueError::new_err(format!("the native core speaks tcp and shm, not {other:?}"))),
+        let dial = match transport {
+            "tcp" => Dial::Tcp(resolve(host, port)?),
+            "shm" => Dial::Shm(host, port),
+            "verbs" => Dial::Verbs(host, port),
+            other => return Err(PyValueError::new_err(format!("the native core speaks tcp, shm and verbs, not {other:?}"))),
         };
-        let inner = py.allow_threads(|| Client::connect(addr, shm, cid, user, protocol, t, max_data_length, d))
+        let inner = py.allow_threads(|| Client::connect(dial, cid, user, protocol, t, max_data_length, d))
             .map_err(call_err)?;
         Ok(PyClient { inner: Arc::new(inner) })
     }
@@ -192,7 +201,8 @@ impl PyServer {
         let listen = match transport {
             "tcp" => Listen::Tcp(resolve(host, port)?),
             "shm" => Listen::Shm(host.to_string(), port),
-            other => return Err(PyValueError::new_err(format!("the native core speaks tcp and shm, not {other:?}"))),
+            "verbs" => Listen::Verbs(host.to_string(), port),
+            other => return Err(PyValueError::new_err(format!("the native core speaks tcp, shm and verbs, not {other:?}"))),
         };
         let server = Server::start(listen, cfg)
             .map_err(|e| PyOSError::new_err(format!("cannot listen on {transport} {host}:{port}: {e}")))?;
@@ -320,6 +330,8 @@ fn pingpong(py: Python<'_>, host: &str, port: u16, size: usize, iterations: usiz
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("NativeError", m.py().get_type::<NativeError>())?;
+    m.add_function(wrap_pyfunction!(verbs_unavailable, m)?)?;
+    m.add("VERBS_BUILT", verbs::ffi::built())?;
     m.add_class::<PyClient>()?;
     m.add_class::<PyServer>()?;
     m.add_class::<PyFloorServer>()?;

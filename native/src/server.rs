@@ -26,6 +26,8 @@ use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
 use crate::buffers::{BufferStats, Design};
 use crate::shm::{self, ShmEnd};
+use crate::verbs::cm::{Event as CmEvent, VerbsListener};
+use crate::verbs::VerbsEnd;
 use crate::wire::{self, Cursor, RequestHeader};
 
 const LISTENER: Token = Token(0);
@@ -37,6 +39,12 @@ const INITIAL_BUFFER: usize = 4096;
 const KEEP_BUFFER: usize = 256 * 1024; // a buffer grown past this is released once empty
 const WRITE_HIGH: usize = 4 * 1024 * 1024;
 const TICK: Duration = Duration::from_millis(100);
+// how often a verbs connection waiting for send credits looks at its credit word (an RDMA WRITE
+// into it raises no completion)
+const CREDIT_LOOK: Duration = Duration::from_millis(1);
+// how long the loop busy-polls verbs connections after a message before it sleeps again (long enough
+// for an emulated client's next call to arrive), and at most after a wake-up
+const SPIN_CAP: Duration = Duration::from_millis(5);
 
 pub struct Config {
     pub protocol: String,
@@ -125,15 +133,17 @@ pub struct Server {
     thread: Option<JoinHandle<()>>,
 }
 
-/// Where a server listens: a tcp address, or an shm (host, port) on this host.
+/// Where a server listens: a tcp address, an shm (host, port) on this host, or an RDMA address.
 pub enum Listen {
     Tcp(SocketAddr),
     Shm(String, u16),
+    Verbs(String, u16),
 }
 
 enum Listener {
     Tcp(TcpListener),
     Shm(UnixListener),
+    Verbs(VerbsListener),
 }
 
 impl Server {
@@ -150,10 +160,16 @@ impl Server {
                 l.set_nonblocking(true)?;
                 (Listener::Shm(UnixListener::from_std(l)), (host, p))
             }
+            Listen::Verbs(host, port) => {
+                let l = VerbsListener::bind(&host, port)?;
+                let p = l.port;
+                (Listener::Verbs(l), (host, p))
+            }
         };
         match &mut listener {
             Listener::Tcp(l) => poll.registry().register(l, LISTENER, Interest::READABLE)?,
             Listener::Shm(l) => poll.registry().register(l, LISTENER, Interest::READABLE)?,
+            Listener::Verbs(l) => poll.registry().register(&mut SourceFd(&l.fd), LISTENER, Interest::READABLE)?,
         }
         let waker = Waker::new(poll.registry(), WAKER)?;
         let shared = Arc::new(Shared {
@@ -197,10 +213,11 @@ enum Phase {
     Ready,
 }
 
-/// A connection's bytes: a tcp socket, or the server's end of shm rings.
+/// A connection's bytes: a tcp socket, the server's end of shm rings, or a verbs connection.
 enum Io {
     Tcp(TcpStream),
     Shm(ShmEnd),
+    Verbs(VerbsEnd),
 }
 
 impl Io {
@@ -208,6 +225,7 @@ impl Io {
         match self {
             Io::Tcp(s) => s.read(buf),
             Io::Shm(e) => e.read(buf),
+            Io::Verbs(e) => e.read(buf),
         }
     }
 
@@ -221,6 +239,7 @@ impl Io {
                 }
                 other => other,
             },
+            Io::Verbs(e) => e.write(buf),
         }
     }
 
@@ -238,6 +257,10 @@ impl Io {
                     other => other,
                 }
             }
+            Io::Verbs(e) => {
+                let slices: Vec<&[u8]> = bufs.iter().map(|b| &b[..]).collect();
+                e.write_vectored(&slices)
+            }
         }
     }
 
@@ -250,6 +273,7 @@ impl Io {
                 r.register(&mut SourceFd(&e.my_space.as_raw_fd()), Token(id << 2 | SUB_SPACE), Interest::READABLE)?;
                 r.register(&mut SourceFd(&e.live.as_raw_fd()), Token(id << 2 | 2), Interest::READABLE)
             }
+            Io::Verbs(e) => r.register(&mut SourceFd(&e.comp_fd), Token(id << 2), Interest::READABLE),
         }
     }
 
@@ -264,6 +288,7 @@ impl Io {
                     e.set_writer_waiting(false);
                 }
             }
+            Io::Verbs(_) => {} // the loop looks at its credits every CREDIT_LOOK while it wants to write
         }
     }
 
@@ -277,6 +302,10 @@ impl Io {
                 for fd in [e.my_data.as_raw_fd(), e.my_space.as_raw_fd(), e.live.as_raw_fd()] {
                     let _ = r.deregister(&mut SourceFd(&fd));
                 }
+                e.close();
+            }
+            Io::Verbs(e) => {
+                let _ = r.deregister(&mut SourceFd(&e.comp_fd));
                 e.close();
             }
         }
@@ -356,8 +385,34 @@ impl EventLoop {
     fn run(&mut self) {
         let mut events = Events::with_capacity(1024);
         let mut last_tick = Instant::now();
+        // verbs connections that just carried a message, busy-polled until `spin_until` before the loop
+        // sleeps: waking from the completion channel costs an interrupt and a context switch, which on
+        // Soft-RoCE is a round trip's worth (perftest's ib_send_lat never sleeps)
+        let mut hot: Vec<usize> = Vec::new();
+        let mut spin_until = Instant::now();
+        let mut spin_cap = Instant::now(); // a spin never outlasts SPIN_CAP after the last wake-up
         while !self.shared.stopping.load(Ordering::Relaxed) {
-            if let Err(e) = self.poll.poll(&mut events, Some(TICK)) {
+            let stalled: Vec<usize> = self.conns.iter()
+                .filter(|(_, c)| c.writable_interest && matches!(c.stream, Io::Verbs(_)))
+                .map(|(id, _)| *id).collect();
+            let spinning = !hot.is_empty() && Instant::now() < spin_until;
+            let wait = if spinning { Duration::ZERO } else if stalled.is_empty() { TICK } else { CREDIT_LOOK };
+            for id in stalled {
+                self.on_writable(id);
+            }
+            if spinning {
+                std::thread::yield_now(); // let rxe's kernel workers run (see VerbsEnd::wait)
+                for &id in &hot {
+                    let busy = matches!(self.conns.get(&id).map(|c| &c.stream), Some(Io::Verbs(e)) if e.readable());
+                    if busy {
+                        self.on_readable(id, false);
+                        spin_until = (Instant::now() + crate::verbs::server_spin()).min(spin_cap);
+                    }
+                }
+            } else {
+                hot.clear();
+            }
+            if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
@@ -379,6 +434,17 @@ impl EventLoop {
                             }
                             self.on_writable(id);
                             self.on_readable(id, false);
+                            continue;
+                        }
+                        if let Some(Io::Verbs(e)) = self.conns.get(&id).map(|c| &c.stream) {
+                            e.rearm(); // take the channel's events and arm the CQ, then look at it
+                            self.on_writable(id);
+                            self.on_readable(id, false);
+                            if !hot.contains(&id) {
+                                hot.push(id);
+                            }
+                            spin_until = Instant::now() + crate::verbs::server_spin();
+                            spin_cap = Instant::now() + SPIN_CAP;
                             continue;
                         }
                         if event.is_writable() {
@@ -427,6 +493,28 @@ impl EventLoop {
                         }
                     }
                 }),
+                Listener::Verbs(l) => match l.next() {
+                    None => Err(io::ErrorKind::WouldBlock.into()),
+                    Some(CmEvent::Connected(end)) => Ok(Some(Io::Verbs(end))),
+                    Some(CmEvent::Failed(why)) => {
+                        self.shared.closed(&why);
+                        Ok(None)
+                    }
+                    Some(CmEvent::Ended(cm_id, why)) => {
+                        // a child's DISCONNECTED (or worse): its connection reads the error and closes
+                        let found = self.conns.iter().find_map(|(id, c)| match &c.stream {
+                            Io::Verbs(e) if e.cm_id == cm_id => {
+                                e.fail(why.clone());
+                                Some(*id)
+                            }
+                            _ => None,
+                        });
+                        if let Some(id) = found {
+                            self.resume.push(id);
+                        }
+                        Ok(None)
+                    }
+                },
             };
             match accepted {
                 Ok(None) => continue,

@@ -217,9 +217,26 @@ def project_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def make_overlay(workdir: Path, init_text: str, source: Path | None = None) -> Path:
-    """A plain cpio with ``/init``, the project at /opt/hpcnet, and what makes it importable: a .pth
-    file and a dist-info whose entry point registers the pytest plugin, as an install would."""
+NATIVE_DEST = "opt/hpcnet-native"   # the built native core (pytest_hpcnet_native), when the host has one
+
+
+def native_package() -> Path | None:
+    """The directory of the native core this host imports (abi3, built for the same Debian and CPython
+    as the guest's), or None where it is not built."""
+    import importlib.util
+    spec = importlib.util.find_spec("pytest_hpcnet_native")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    pkg = Path(list(spec.submodule_search_locations)[0])
+    return pkg if any(pkg.glob("_native*.so")) else None
+
+
+def make_overlay(workdir: Path, init_text: str, source: Path | None = None,
+                 native: Path | None | bool = True) -> Path:
+    """A plain cpio with ``/init``, the project at /opt/hpcnet, the native core at /opt/hpcnet-native
+    when the host has one built (``native``: True finds it, a path names it, None/False leaves it out;
+    without it the guest's native tests skip saying so), and what makes them importable: a .pth file
+    and a dist-info whose entry point registers the pytest plugin, as an install would."""
     source = source or project_root()
     tree = workdir / "overlay"
     shutil.rmtree(tree, ignore_errors=True)
@@ -232,12 +249,18 @@ def make_overlay(workdir: Path, init_text: str, source: Path | None = None) -> P
         shutil.copytree(source / name, dest / name, ignore=ignore)
     for name in PROJECT_FILES:
         shutil.copy2(source / name, dest / name)
+    if native is True:
+        native = native_package()
+    paths = ["/opt/hpcnet"]
+    if native:
+        shutil.copytree(native, tree / NATIVE_DEST / "pytest_hpcnet_native", ignore=ignore)
+        paths.append("/" + NATIVE_DEST)
     site = tree / PY_SITE
     info = site / "pytest_hpcnet-0.1.0.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pytest-hpcnet\nVersion: 0.1.0\n")
     (info / "entry_points.txt").write_text("[pytest11]\nhpcnet = pytest_hpcnet.plugin\n")
-    (site / "hpcnet.pth").write_text("/opt/hpcnet\n")
+    (site / "hpcnet.pth").write_text("".join(p + "\n" for p in paths))
     out = workdir / "overlay.cpio"
     with open(out, "wb") as f:
         _cpio(tree, f, "the overlay")

@@ -11,9 +11,10 @@ out-of-order responses, handler errors, timeouts, the data length limit, a serve
 input and many connections -- over tcp, shm and (where there is an RDMA device) verbs. The test process
 is the client (it needs to see exceptions and bytes). These skip under another target, saying so.
 
-Over tcp and shm every reference test runs four ways (``impls``): the Python server and client, the
-native server and client (``impl=native``, the compiled core), and across them (native client <-> Python
-server, and the reverse). The native ones skip, with the reason, where the native core is not built.
+Over tcp, shm and verbs every reference test runs four ways (``impls``): the Python server and client,
+the native server and client (``impl=native``, the compiled core), and across them (native client <->
+Python server, and the reverse; over verbs the Python end is pyverbs, the independent peer). The native
+ones skip, with the reason, where the native core is not built (or, over verbs, cannot speak verbs here).
 
 The hand-built golden packets (design §8) are checked byte for byte in tests/reference/test_rpc_wire.py;
 here framing is checked on whatever server the suite is pointed at.
@@ -108,9 +109,10 @@ IMPLS = {"python": ("python", "python"), "native": ("native", "native"),
          "native-server+python-client": ("native", "python")}
 
 
-# (transport, IMPLS key): impl=native speaks tcp and shm
+# (transport, IMPLS key); verbs keeps its old id for the Python pair
 PATHS = ([pytest.param((t, k), id=f"{t}-{k}") for t in ("tcp", "shm") for k in IMPLS]
-         + [pytest.param(("verbs", "python"), id="verbs", marks=[pytest.mark.rdma, pytest.mark.pyverbs])])
+         + [pytest.param(("verbs", k), id="verbs" if k == "python" else f"verbs-{k}",
+                         marks=[pytest.mark.rdma, pytest.mark.pyverbs]) for k in IMPLS])
 
 
 @pytest.fixture(scope="module", params=PATHS)
@@ -121,6 +123,11 @@ def path(request, nodes):
     pair = IMPLS[key]
     if "native" in pair and not native.AVAILABLE:
         pytest.skip(native.WHY_NOT)
+    if "native" in pair and transport == "verbs":
+        from pytest_hpcnet.reference.rpc.native import native_verbs_unavailable
+        why = native_verbs_unavailable()
+        if why:
+            pytest.skip(f"native verbs: {why}")
     return transport, pair
 
 

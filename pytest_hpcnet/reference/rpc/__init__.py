@@ -2,7 +2,7 @@
 
 Two implementations with one interface (``impl``): ``python`` (``RpcClient``, ``RpcServer``: the
 readable reference, every transport) and ``native`` (``native.NativeRpcClient``/``NativeRpcServer``:
-the compiled core, tcp). ``make_client`` and ``make_server`` pick one by name.
+the compiled core, tcp, shm and verbs). ``make_client`` and ``make_server`` pick one by name.
 """
 
 from .client import RpcClient  # noqa: F401

@@ -68,18 +68,21 @@ def parse_address(text: str, where: str = "HOST:PORT") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+NATIVE_DEFAULT = ("tcp", "shm")   # where --impl defaults to native (verbs: by name only)
+
+
 def _impl(args: argparse.Namespace, command: str) -> str:
-    """``--impl``, else native where it is built and can serve the transport, else python -- and then
-    one line on stderr says why (the native core is not built here, or it does not speak the transport:
-    verbs, e.g. in the Soft-RoCE guest, which does not build it). ``--impl native`` where it cannot run
-    is refused in words (``ConfigError``)."""
+    """``--impl``, else native where it is built and is the default for the transport, else python --
+    and then one line on stderr says why (the native core is not built here, or the transport is verbs,
+    where the native core is chosen only by name: the paper claims' verbs configurations are pyverbs).
+    ``--impl native`` where it cannot run is refused in words (``ConfigError``)."""
     from .. import native
-    from .native import NATIVE_TRANSPORTS
     if args.impl is not None:
         return native.resolve_impl(args.impl, where="--impl")
     why = native.WHY_NOT if not native.AVAILABLE else (
-        "" if args.transport in NATIVE_TRANSPORTS else
-        f"the native core speaks {' and '.join(NATIVE_TRANSPORTS)}, not {args.transport}")
+        "" if args.transport in NATIVE_DEFAULT else
+        f"the native core is the default for {' and '.join(NATIVE_DEFAULT)} only, not {args.transport} "
+        "(--impl native picks it)")
     if why:
         print(f"hpcnet rpc {command}: impl=python: {why}", file=sys.stderr, flush=True)
         return "python"

@@ -11,9 +11,11 @@ interfaces of ``RpcClient`` and ``RpcServer``.
   ``handshake_timeout``, ``idle_timeout``, ``max_data_length`` (no buffer beyond it, grown only as
   bytes arrive), and ``write_timeout`` for a peer that takes no responses.
 
-Over tcp and shm (``native/src/shm.rs``: the Python shm transport's rings, doorbells and handshake, so
-either side may be Python); ``transport=verbs`` with ``impl=native`` is refused with ``ConfigError``.
-Both buffer
+Over tcp, shm (``native/src/shm.rs``: the Python shm transport's rings, doorbells and handshake, so
+either side may be Python) and verbs (``native/src/verbs``: the pyverbs transport's protocol, with
+libibverbs/librdmacm loaded at run time; ``native_verbs_unavailable()`` says why it cannot run here --
+built without rdma-core's headers, or the libraries do not load -- and ``impl=native`` with
+``transport=verbs`` is then refused with that reason). Both buffer
 designs exist natively (``native/src/buffers.rs``) with the Python designs' counters: ``pooled`` reads
 into a connection's reused buffer, parses in place and encodes responses straight into the write
 buffer; ``naive`` copies every message out to a fresh buffer and joins every outgoing one into
@@ -45,14 +47,37 @@ log = logging.getLogger("pytest_hpcnet.rpc.native")
 E = wire.RpcResponseHeaderProto
 
 
-NATIVE_TRANSPORTS = ("tcp", "shm")
+NATIVE_TRANSPORTS = ("tcp", "shm", "verbs")
+
+
+def native_verbs_unavailable() -> str | None:
+    """Why the native core cannot speak verbs here (one line), or None."""
+    if not native.AVAILABLE:
+        return native.WHY_NOT
+    why = getattr(native.core, "verbs_unavailable", None)
+    if why is None:
+        return "this build of the native core predates native verbs; rebuild it"
+    return why()
 
 
 def check_config(transport: str, buffers: str) -> None:
     native.require()
     if transport not in NATIVE_TRANSPORTS:
-        raise ConfigError(f"impl=native speaks {' and '.join(NATIVE_TRANSPORTS)}, not {transport!r}; use "
+        raise ConfigError(f"impl=native speaks {', '.join(NATIVE_TRANSPORTS)}, not {transport!r}; use "
                           "impl=python for it", where="impl")
+    if transport == "verbs":
+        why = native_verbs_unavailable()
+        if why:
+            raise ConfigError(f"impl=native cannot speak verbs here: {why}", where="impl")
+    if buffers not in BUFFERS:
+        raise ConfigError(f"unknown buffer design {buffers!r}; choose one of {sorted(BUFFERS)}",
+                          where="buffers")
+
+
+def _verbs_host(host: str) -> str:
+    """rdma_cm needs this machine's RDMA address for loopback/wildcard hosts, as the pyverbs transport."""
+    from ..transport.verbs import rdma_host
+    return rdma_host(host)
     if buffers not in BUFFERS:
         raise ConfigError(f"unknown buffer design {buffers!r}; choose one of {sorted(BUFFERS)}",
                           where="buffers")
@@ -94,8 +119,9 @@ class NativeRpcClient(TypedCalls):
         self.transport, self._buffers = transport, buffers
         self.client_id = client_id or uuid.uuid4().bytes
         self.max_data_length = max_data_length
+        host = _verbs_host(str(self.address[0])) if transport == "verbs" else self.address[0]
         try:
-            self._c = native.core.Client(self.address[0], int(self.address[1]), self.client_id,
+            self._c = native.core.Client(host, int(self.address[1]), self.client_id,
                                          user or _user(), protocol, connect_timeout, max_data_length,
                                          buffers, transport)
         except native.core.NativeError as e:
@@ -177,6 +203,8 @@ class NativeRpcServer:
         self.max_data_length, self.protocol = max_data_length, protocol
         self.methods: dict[str, _Method] = {}
         self._n_handlers = handlers
+        if transport == "verbs":
+            host = _verbs_host(host)
         try:
             self._s = native.core.Server(host, port, protocol, max_data_length, max_connections, 4096,
                                          handshake_timeout, idle_timeout, write_timeout,
@@ -202,7 +230,7 @@ class NativeRpcServer:
             t = threading.Thread(target=self._handle, name=f"rpc-native-handler-{i}", daemon=True)
             t.start()
             self._threads.append(t)
-        log.info("native rpc server on tcp %s:%s", *self.address)
+        log.info("native rpc server on %s %s:%s", self.transport_name, *self.address)
         return self
 
     def stop(self) -> None:
