@@ -99,51 +99,11 @@ impl Link {
                 }
                 Ok(())
             }
-            Link::Shm(e) => {
-                // both into the ring, published together (one doorbell for the server)
-                let deadline = Instant::now() + timeout;
-                let (mut head, mut body) = (head, body);
-                while !(head.is_empty() && body.is_empty()) {
-                    match e.write_vectored(&[head, body]) {
-                        Ok(n) => {
-                            let h = n.min(head.len());
-                            head = &head[h..];
-                            body = &body[n - h..];
-                        }
-                        Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
-                            let now = Instant::now();
-                            if now >= deadline || !e.wait_writable(deadline - now) {
-                                return Err(io::Error::new(io::ErrorKind::TimedOut,
-                                                          "the peer did not drain the ring"));
-                            }
-                        }
-                        Err(err) => return Err(err),
-                    }
-                }
-                Ok(())
-            }
-            Link::Verbs(e) => {
-                let deadline = Instant::now() + timeout;
-                let (mut head, mut body) = (head, body);
-                while !(head.is_empty() && body.is_empty()) {
-                    match e.write_vectored(&[head, body]) {
-                        Ok(n) => {
-                            let h = n.min(head.len());
-                            head = &head[h..];
-                            body = &body[n - h..];
-                        }
-                        Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
-                            let now = Instant::now();
-                            if now >= deadline || !e.wait(true, deadline - now) {
-                                return Err(io::Error::new(io::ErrorKind::TimedOut,
-                                                          "the peer returned no send credits"));
-                            }
-                        }
-                        Err(err) => return Err(err),
-                    }
-                }
-                Ok(())
-            }
+            // both into the ring (one doorbell for the server) / into eager slots, as credits allow
+            Link::Shm(e) => write_pair(head, body, timeout, |bufs| e.write_vectored(bufs),
+                                       |left| e.wait_writable(left), "the peer did not drain the ring"),
+            Link::Verbs(e) => write_pair(head, body, timeout, |bufs| e.write_vectored(bufs),
+                                         |left| e.wait(true, left), "the peer returned no send credits"),
         }
     }
 
@@ -588,4 +548,31 @@ impl Drop for Client {
             w.0.shutdown();
         }
     }
+}
+
+/// `head` then `body` through an end whose writes take what fits (`write`, WouldBlock when nothing
+/// does), waiting for room (`wait`, false when none came in time) until `timeout`; `stalled` says
+/// what the peer failed to do when it runs out.
+fn write_pair(head: &[u8], body: &[u8], timeout: Duration,
+              mut write: impl FnMut(&[&[u8]]) -> io::Result<usize>,
+              mut wait: impl FnMut(Duration) -> bool, stalled: &str) -> io::Result<()> {
+    let deadline = Instant::now() + timeout;
+    let (mut head, mut body) = (head, body);
+    while !(head.is_empty() && body.is_empty()) {
+        match write(&[head, body]) {
+            Ok(n) => {
+                let h = n.min(head.len());
+                head = &head[h..];
+                body = &body[n - h..];
+            }
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                let now = Instant::now();
+                if now >= deadline || !wait(deadline - now) {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, stalled.to_string()));
+                }
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(())
 }

@@ -16,33 +16,10 @@ use pyo3::exceptions::{PyOSError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+use crate::blocking::{send_all, Failure};
+
 /// The longest error text a server may send (its requests are at most 64 KiB too).
 const MAX_TEXT: usize = 64 * 1024;
-
-enum Failure {
-    Timeout,
-    Closed(String),
-}
-
-fn again(e: &std::io::Error) -> bool {
-    matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted)
-}
-
-fn send_all(sock: RawFd, mut data: &[u8], deadline: Instant) -> Result<(), Failure> {
-    while !data.is_empty() {
-        // SAFETY: a valid slice; the caller owns the descriptor for the duration of the call.
-        let n = unsafe { libc::send(sock, data.as_ptr().cast(), data.len(), libc::MSG_NOSIGNAL) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if again(&e) && Instant::now() < deadline {
-                continue;          // SO_SNDTIMEO slice elapsed: try again until the deadline
-            }
-            return Err(if again(&e) { Failure::Timeout } else { Failure::Closed(e.to_string()) });
-        }
-        data = &data[n as usize..];
-    }
-    Ok(())
-}
 
 fn recv_exact(sock: RawFd, buf: &mut [u8], deadline: Instant) -> Result<(), Failure> {
     let mut got = 0;
@@ -50,11 +27,10 @@ fn recv_exact(sock: RawFd, buf: &mut [u8], deadline: Instant) -> Result<(), Fail
         // SAFETY: the unfilled tail of a valid buffer; the caller owns the descriptor.
         let n = unsafe { libc::recv(sock, buf[got..].as_mut_ptr().cast(), buf.len() - got, 0) };
         if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if again(&e) && Instant::now() < deadline {
+            if crate::blocking::retry(deadline) {
                 continue;          // SO_RCVTIMEO slice elapsed: keep waiting until the deadline
             }
-            return Err(if again(&e) { Failure::Timeout } else { Failure::Closed(e.to_string()) });
+            return Err(Failure::last_os_error());
         }
         if n == 0 {
             return Err(Failure::Closed(format!("the server closed the connection {} bytes into a {}-byte read",

@@ -13,6 +13,7 @@ use pyo3::exceptions::{PyException, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+mod blocking;
 mod buffers;
 mod checksum;
 mod dfs;

@@ -8,25 +8,7 @@ use std::time::{Duration, Instant};
 use pyo3::exceptions::{PyOSError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 
-fn would_block(e: &std::io::Error) -> bool {
-    matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted)
-}
-
-fn send_all(sock: RawFd, mut data: &[u8], deadline: Instant) -> Result<(), String> {
-    while !data.is_empty() {
-        // SAFETY: a valid slice; the caller owns the descriptor for the duration of the call.
-        let n = unsafe { libc::send(sock, data.as_ptr().cast(), data.len(), libc::MSG_NOSIGNAL) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if would_block(&e) && Instant::now() < deadline {
-                continue;          // a socket with SO_SNDTIMEO: blocked for a slice, try again
-            }
-            return Err(if would_block(&e) { "timed out".into() } else { e.to_string() });
-        }
-        data = &data[n as usize..];
-    }
-    Ok(())
-}
+use crate::blocking::{send_all, Failure};
 
 /// Send `header`, then `length` bytes of `file` from `offset`, on the connected socket `sock`, the
 /// GIL released. Returns the bytes of the file sent (all of them, or an error: OSError when the file
@@ -41,7 +23,7 @@ fn send_file(py: Python<'_>, sock: RawFd, file: RawFd, offset: u64, length: u64,
     let header = header.to_vec();
     let result = py.allow_threads(move || -> Result<u64, (bool, String)> {
         let deadline = Instant::now() + limit;
-        send_all(sock, &header, deadline).map_err(|e| (e == "timed out", e))?;
+        send_all(sock, &header, deadline).map_err(|f| (matches!(f, Failure::Timeout), f.text()))?;
         let mut off = offset;
         let mut left = length;
         while left > 0 {
@@ -49,11 +31,11 @@ fn send_file(py: Python<'_>, sock: RawFd, file: RawFd, offset: u64, length: u64,
             // SAFETY: descriptors owned by the caller for the call; `off` is ours.
             let n = unsafe { libc::sendfile(sock, file, &mut off, chunk) };
             if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if would_block(&e) && Instant::now() < deadline {
+                if crate::blocking::retry(deadline) {
                     continue;
                 }
-                return Err((would_block(&e), if would_block(&e) { "timed out".into() } else { e.to_string() }));
+                let failure = Failure::last_os_error();
+                return Err((matches!(failure, Failure::Timeout), failure.text()));
             }
             if n == 0 {
                 return Err((false, format!("the file ended {left} bytes short of the range")));
