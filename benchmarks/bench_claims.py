@@ -44,6 +44,7 @@ TRACKED = {
     "mapreduce.local.terasort.direct_vs_fetch.job_time": common.mapreduce_small,
     "mapreduce.local.terasort.shm_vs_tcp.shuffle": common.mapreduce_small,
     "mapreduce.local.sort.direct_vs_fetch.job_time": common.mapreduce_small,
+    "mapreduce.local.terasort.native_vs_python.merge": common.mapreduce_merge_small,
     "dfsio.local.blockstore.shm_vs_tcp.write": common.dfsio_small,
     "dfsio.local.posix.no_fsync_vs_fsync_close.write": common.dfsio_small,
     "dfsio.local.checksum.crc32c_native_vs_python_crc32.cpu": common.dfsio_cpu_small,

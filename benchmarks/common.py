@@ -228,11 +228,14 @@ MAPREDUCE_ROUNDS = 3
 
 
 def claimed_configs(prefix: str) -> dict[str, list[str]]:
-    """Per job (``mapreduce.<job>.*``), the baseline and candidate configs of its local claims, in order."""
+    """Per job (``mapreduce.<job>.*``), the baseline and candidate configs of its local claims on what a
+    whole job measures (its time and phases), in order: a claim on one step alone (the reduce's merge,
+    ``mapreduce.terasort.merge.floor``) compares data paths the job workload does not name."""
     out: dict[str, dict[str, None]] = {}
     for claim in suite_claims().values():
-        if claim.is_local and claim.metric.startswith(prefix + "."):
-            job = claim.metric.split(".")[1]
+        parts = claim.metric.split(".")
+        if claim.is_local and parts[0] == prefix and len(parts) > 2 and parts[2] in ("job_time", "phase"):
+            job = parts[1]
             out.setdefault(job, {}).update({claim.baseline: None, claim.candidate: None})
     return {job: list(configs) for job, configs in out.items()}
 
@@ -254,6 +257,24 @@ def mapreduce_small() -> list[Measurement]:
                     m.config = config   # the claim's spelling (the engine's canonical name adds defaults)
                     out.append(m)
     return out
+
+
+@workload
+def mapreduce_merge_small() -> list[Measurement]:
+    """The reduce's merge alone, numpy's against the core's, on the same runs in interleaved rounds
+    (suites/mapreduce/test_performance.py::test_native_merge_cost's shape, fewer rounds)."""
+    from pytest_hpcnet.measure import run_paired
+    from pytest_hpcnet.reference import native
+    from pytest_hpcnet.workloads import mapreduce
+
+    if not native.AVAILABLE:
+        raise Unavailable(native.WHY_NOT)
+    runs = mapreduce.merge_input()
+    paired = run_paired(mapreduce.merge_timer("python", runs), mapreduce.merge_timer("native", runs),
+                        rounds=MAPREDUCE_ROUNDS, baseline_name="impl=python", candidate_name="impl=native")
+    return [measurement(mapreduce.MERGE_METRIC, samples, unit="s", direction="lower", config=name)
+            for name, samples in ((paired.baseline_name, paired.baseline),
+                                  (paired.candidate_name, paired.candidate))]
 
 
 # The DFSIO suite's local claims (suites/dfsio/test_performance.py) with fewer paired rounds.
