@@ -23,7 +23,7 @@ SORT_BYTES = 8 << 20
 # the merge claim compares implementations, not engine configurations: test_native_merge_cost has it
 LOCAL = [c for c in load_claims([CLAIMS_FILE]).values() if c.is_local and c.metric != wm.MERGE_METRIC]
 MERGE_CLAIM = "mapreduce.local.terasort.native_vs_python.merge"
-MERGE_ROUNDS = 10
+MERGE_ROUNDS = 30
 PAIRS = sorted({(job_of(c), c.baseline, c.candidate) for c in LOCAL})
 
 
