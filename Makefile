@@ -81,15 +81,20 @@ GUEST_TESTS ?= tests/test_vm.py::test_verbs_suites_pass_in_the_soft_roce_guest
 # into each enforced gate's candidate; every such gate must FAIL (one that passes fails its test).
 # Before them: the native fuzz targets (fuzz), the Soft-RoCE guest (guest), the Hadoop target's checks
 # (hadoop-target) and the suites once more on netns:4 (four hosts on this box, netns-suites). make test
-# fails when any of these does.
+# fails when any of these does. hadoop-target and netns-suites run side by side (the Hadoop log is
+# printed after): neither enforces a timing -- the Hadoop step is one MiniCluster waiting on its jobs,
+# the netns run reports its claims -- and together they take about as long as the Hadoop step alone.
 test: setup asv-assets hadoop-jars
 	@$(PY) -m pytest $(TESTS) -p no:cacheprovider -n 2 --dist loadfile $(addprefix --ignore=,$(GATE_TESTS)) \
 	    $(addprefix --deselect=,$(GUEST_TESTS)) $(PYTEST_ARGS); status=$$?; \
 	if [ $$status = 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
 	$(MAKE) --no-print-directory fuzz || status=1; \
 	$(MAKE) --no-print-directory guest || status=1; \
-	$(MAKE) --no-print-directory hadoop-target || status=1; \
+	mkdir -p .hpcnet; \
+	( $(MAKE) --no-print-directory hadoop-target > .hpcnet/hadoop-target.log 2>&1; echo $$? > .hpcnet/hadoop-target.rc ) & \
 	$(MAKE) --no-print-directory netns-suites || status=1; \
+	wait; echo "--- make hadoop-target (ran beside netns-suites):"; cat .hpcnet/hadoop-target.log; \
+	[ "$$(cat .hpcnet/hadoop-target.rc 2>/dev/null)" = 0 ] || status=1; \
 	$(MAKE) --no-print-directory gates || status=1; \
 	$(MAKE) --no-print-directory canary || status=1; exit $$status
 
