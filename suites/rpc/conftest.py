@@ -37,6 +37,21 @@ def skip_unless_same_host(nodes) -> None:
                     f"via {server.launcher}")
 
 
+def skip_unless_native_speaks(transport: str, pair) -> None:
+    """Skip, with the core's one-line reason, where an impl of ``pair`` is native and the core is not
+    built or (over verbs) cannot speak verbs here."""
+    if "native" not in pair:
+        return
+    from pytest_hpcnet.reference import native
+    if not native.AVAILABLE:
+        pytest.skip(native.WHY_NOT)
+    if transport == "verbs":
+        from pytest_hpcnet.reference.rpc.native import native_verbs_unavailable
+        why = native_verbs_unavailable()
+        if why:
+            pytest.skip(f"native verbs: {why}")
+
+
 class _Starter:
     """Starts servers of implementation ``impls[0]``; each ``Served`` gets ``client_impl = impls[1]``,
     the implementation the tests' clients of it use."""

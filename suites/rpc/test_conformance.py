@@ -29,7 +29,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from pytest_hpcnet.reference import native
 from pytest_hpcnet.measure import measurement
 from pytest_hpcnet.reference.rpc import (RpcClient, RpcConnectionLost, RpcRemoteError, RpcTimeout, make_client,
                                          wire)
@@ -37,7 +36,7 @@ from pytest_hpcnet.reference.rpc.hadoop_bench import bench_client, bench_server
 from pytest_hpcnet.reference.transport import TransportClosed, TransportError, get_transport
 from pytest_hpcnet.timeouts import scaled
 
-from .conftest import _Starter, skip_unless_same_host
+from .conftest import _Starter, skip_unless_native_speaks, skip_unless_same_host
 
 E = wire.RpcResponseHeaderProto
 CLIENT_ID = bytes(range(16))
@@ -121,13 +120,7 @@ def path(request, nodes):
     if transport == "shm":
         skip_unless_same_host(nodes)
     pair = IMPLS[key]
-    if "native" in pair and not native.AVAILABLE:
-        pytest.skip(native.WHY_NOT)
-    if "native" in pair and transport == "verbs":
-        from pytest_hpcnet.reference.rpc.native import native_verbs_unavailable
-        why = native_verbs_unavailable()
-        if why:
-            pytest.skip(f"native verbs: {why}")
+    skip_unless_native_speaks(transport, pair)
     return transport, pair
 
 

@@ -32,6 +32,8 @@ from pytest_hpcnet.reference.transport import (RemoteRegion, TransportClosed, Tr
 from pytest_hpcnet.timeouts import scaled
 from pytest_hpcnet.workloads import rpc as rpc_workload
 
+from .conftest import skip_unless_native_speaks
+
 pytestmark = [pytest.mark.rdma, pytest.mark.pyverbs]
 WAIT = scaled(20)   # for what takes milliseconds on hardware (the emulated guest scales it)
 
@@ -53,11 +55,7 @@ def _pair_params(*first):
 
 
 def _need_native_verbs(pair) -> None:
-    if "native" in pair:
-        from pytest_hpcnet.reference.rpc.native import native_verbs_unavailable
-        why = native_verbs_unavailable()
-        if why:
-            pytest.skip(f"native verbs: {why}")
+    skip_unless_native_speaks("verbs", pair)
 
 
 @pytest.fixture(params=[pytest.param(pair, id=suffix or "python") for pair, suffix in IMPL_PAIRS.items()])
