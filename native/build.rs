@@ -7,6 +7,8 @@
 
 use std::path::PathBuf;
 
+const HEADERS: [&str; 2] = ["infiniband/verbs.h", "rdma/rdma_cma.h"];
+
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(hpcnet_verbs)");
     println!("cargo:rerun-if-changed=src/verbs/shim.c");
@@ -18,8 +20,15 @@ fn main() {
     let mut dirs: Vec<PathBuf> = std::env::var_os("HPCNET_RDMA_INCLUDE").map(PathBuf::from).into_iter().collect();
     dirs.push(PathBuf::from("/usr/include"));
     dirs.push(PathBuf::from("/usr/local/include"));
+    // Watched even while absent (cargo then re-runs this script each build): a machine that gets
+    // rdma-core's headers after a first build must not keep a module without verbs.
+    for d in &dirs {
+        for header in HEADERS {
+            println!("cargo:rerun-if-changed={}", d.join(header).display());
+        }
+    }
     let Some(dir) = dirs.into_iter()
-        .find(|d| d.join("infiniband/verbs.h").is_file() && d.join("rdma/rdma_cma.h").is_file()) else {
+        .find(|d| HEADERS.iter().all(|h| d.join(h).is_file())) else {
         println!("cargo:warning=rdma-core headers not found (libibverbs-dev, librdmacm-dev): no native verbs");
         return;
     };
