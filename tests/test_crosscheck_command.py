@@ -9,6 +9,7 @@ import re
 import pytest
 
 from pytest_hpcnet.cli import main as hpcnet_main
+from pytest_hpcnet.report.crosscheck import METRICS, read_verdict
 
 BASELINE, CANDIDATE = "transport=tcp,intermediate=local", "transport=tcp,intermediate=shared"
 
@@ -23,6 +24,8 @@ def test_crosscheck_on_the_reference_prints_records_and_verdicts(capsys, tmp_pat
     assert [(r[0], r[1]) for r in rows] == [(BASELINE, "0"), (CANDIDATE, "0"), (BASELINE, "1"), (CANDIDATE, "1")]
     assert all(r[3:5] == ["FINISHED", "SUCCEEDED"] and float(r[6]) > 0 and r[7] == "-" for r in rows)
     assert "elapsed median (ms)" in out and "vcoreSeconds median" in out
-    verdicts = [ln for ln in out.splitlines() if ln.startswith(f"{CANDIDATE} vs {BASELINE}:")]
-    assert len(verdicts) == 2 and all("95% CI" in v for v in verdicts)
+    verdicts = [v for v in map(read_verdict, out.splitlines()) if v]
+    assert [(v["candidate"], v["baseline"], v["metric"], v["n"]) for v in verdicts] == \
+        [(CANDIDATE, BASELINE, m, 2) for m in METRICS]
+    assert all(v["consistent"] for v in verdicts), out
     assert not list(tmp_path.rglob("part-*")), "the runs' outputs were left behind"

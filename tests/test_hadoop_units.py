@@ -15,7 +15,7 @@ import pytest
 from pytest_hpcnet.cli import main as hpcnet_main
 from pytest_hpcnet.crosscheck import parse_job, parse_rows
 from pytest_hpcnet.errors import ConfigError
-from pytest_hpcnet.report.crosscheck import judge, render, summarize
+from pytest_hpcnet.report.crosscheck import judge, read_verdict, render, summarize
 from pytest_hpcnet.targets import load_target
 from pytest_hpcnet.targets.hadoop import budget, jobs, yarn
 from pytest_hpcnet.targets.hadoop.minicluster import (MiniCluster, MiniClusterError, kill_tree, read_hadoop_xml,
@@ -265,6 +265,14 @@ def test_crosscheck_verdicts():
     assert slower["verdict"].startswith("B vs A: elapsedTime 50% higher, SIGNIFICANT")
     noise = judge(_runs([1000, 1100, 950, 1050], [1040, 980, 1090, 1000]), "A", "B")
     assert not noise["significant"] and "not significant" in noise["verdict"]
+    for judged in (slower, noise):
+        read = read_verdict(judged["verdict"])
+        assert read["consistent"] and read["significant"] == judged["significant"]
+        assert (read["candidate"], read["baseline"], read["metric"], read["n"]) == ("B", "A", "elapsedTime", 4)
+    # a word its own figures contradict is caught, and a line that is not a verdict reads as None
+    assert not read_verdict(slower["verdict"].replace("SIGNIFICANT", "not significant"))["consistent"]
+    assert not read_verdict(noise["verdict"].replace("not significant", "SIGNIFICANT"))["consistent"]
+    assert read_verdict("B vs A: elapsedTime: baseline has a zero sample, no ratio") is None
     runs = _runs([1000, 1200], [2000, 2100])
     summary = summarize(runs, ["A", "B"])
     assert summary[0]["elapsed_median_ms"] == 1100 and summary[0]["elapsed_spread_ms"] == 200

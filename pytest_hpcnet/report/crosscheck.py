@@ -14,6 +14,7 @@ The runs are ``workloads.crosscheck.Run``s of any target's records (fields as YA
 
 from __future__ import annotations
 
+import re
 import statistics
 
 import numpy as np
@@ -24,6 +25,28 @@ from ..measure import ratio_ci
 
 ALPHA = 0.05
 METRICS = ("elapsedTime", "vcoreSeconds")
+
+# One verdict line as ``judge`` writes it, for whoever reads the report back (a vendor CI, the tests).
+VERDICT = re.compile(
+    r"(?P<candidate>.+) vs (?P<baseline>.+): (?P<metric>\w+) \d+% (?:higher|lower), "
+    r"(?P<word>SIGNIFICANT|not significant) \(paired ratio (?P<ratio>[\d.]+), "
+    r"95% CI \[(?P<lo>[\d.]+), (?P<hi>[\d.]+)\] over (?P<n>\d+) rounds; Welch t-test on logs p=(?P<p>[\d.e+-]+)\)")
+
+
+def read_verdict(line: str) -> dict | None:
+    """A verdict line's fields, numbers as floats, and whether its word agrees with its numbers
+    (``consistent``); None for a line that is not a verdict."""
+    m = VERDICT.fullmatch(line.strip())
+    if m is None:
+        return None
+    v = {k: m[k] for k in ("candidate", "baseline", "metric")}
+    v.update({k: float(m[k]) for k in ("ratio", "lo", "hi", "p")}, n=int(m["n"]), significant=m["word"] == "SIGNIFICANT")
+    # The line rounds p and the interval, so a figure on the boundary agrees with either word.
+    if v["significant"]:
+        v["consistent"] = v["p"] <= ALPHA and (v["lo"] >= 1.0 or v["hi"] <= 1.0)
+    else:
+        v["consistent"] = v["p"] >= ALPHA or v["lo"] <= 1.0 <= v["hi"]
+    return v
 
 
 def summarize(runs: list, configs: list[str]) -> list[dict]:

@@ -14,7 +14,7 @@ import pytest
 
 from pytest_hpcnet.errors import ConfigError
 from pytest_hpcnet.measure import measurement
-from pytest_hpcnet.report.crosscheck import report
+from pytest_hpcnet.report.crosscheck import METRICS, read_verdict, report
 from pytest_hpcnet.targets import JobRecord
 
 ROWS = 10_000           # 1 MB of TeraGen rows: the job's own work is small beside a stack's start-up
@@ -59,8 +59,11 @@ def test_crosscheck_interleaves_records_and_judges(target, plan, measure):
         assert r.record.elapsedTime > 0 and r.record.vcoreSeconds > 0 and r.wall_s > 0
     text, succeeded = report(runs, configs)
     assert succeeded and "elapsed median (ms)" in text
-    verdicts = [ln for ln in text.splitlines() if ln.startswith(f"{configs[1]} vs {configs[0]}:")]
-    assert len(verdicts) == 2 and all("significant" in v and "95% CI" in v for v in verdicts)
+    verdicts = [v for v in map(read_verdict, text.splitlines()) if v]
+    assert [(v["candidate"], v["baseline"], v["metric"], v["n"]) for v in verdicts] == \
+        [(configs[1], configs[0], m, ROUNDS) for m in METRICS]
+    # Either word may come out of two rounds; what must hold is that the word follows from the figures
+    assert all(v["consistent"] for v in verdicts), text
     params = {"rows": ROWS}
     for c in configs:
         mine = [r.record for r in runs if r.config == c]

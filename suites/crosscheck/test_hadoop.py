@@ -26,6 +26,7 @@ from pytest_hpcnet.reference.mapreduce.teragen import teragen as ref_teragen
 from pytest_hpcnet.reference.mapreduce.terasort import terasort as ref_terasort
 from pytest_hpcnet.reference.mapreduce.teravalidate import teravalidate as ref_teravalidate
 from pytest_hpcnet.reference.rpc.hadoop_bench import bench_client, bench_server, calls_per_second
+from pytest_hpcnet.report.crosscheck import METRICS, read_verdict
 from pytest_hpcnet.targets.hadoop import jobs, yarn
 from pytest_hpcnet.targets.hadoop.minicluster import free_port
 
@@ -218,5 +219,7 @@ def test_crosscheck_command_prints_table_and_verdict(hadoop, capsys, measure, ba
                                    params={"rows": 10_000}))
     assert all(v > 0 for v in vcores.values())
     assert "elapsed median (ms)" in out
-    verdicts = [ln for ln in out.splitlines() if ln.startswith(f"{candidate} vs {baseline}:")]
-    assert len(verdicts) == 2 and all("significant" in v.lower() and "95% CI" in v for v in verdicts)
+    verdicts = [v for v in map(read_verdict, out.splitlines()) if v]
+    assert [(v["candidate"], v["baseline"], v["metric"], v["n"]) for v in verdicts] == \
+        [(candidate, baseline, m, 2) for m in METRICS]
+    assert all(v["consistent"] for v in verdicts), out
