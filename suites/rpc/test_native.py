@@ -30,6 +30,19 @@ def test_latency_sweep_native_next_to_python(nodes, launchers, measure):
         assert len(m.samples) == 3 * wr.iterations_for(m.params["size"], 20) and min(m.samples) > 0
 
 
+def test_latency_sweep_of_one_native_configuration_runs_back_to_back(nodes, launchers, measure):
+    """Alone, a native configuration's calls of a round run in one call into the core (perftest's way):
+    the same shape of record, every call a sample."""
+    server, client = nodes
+    sweep = wr.latency_sweep(launchers, server, client, configs=wr.NATIVE_CONFIGS[:1], sizes=(64,), rounds=2,
+                             iterations=30, warmup=5)
+    measure.record(*sweep)
+    (m,) = sweep
+    assert m.config.endswith(",impl=native") and m.params["rounds"] == 2
+    assert len(m.samples) == 2 * wr.iterations_for(64, 30) and min(m.samples) > 0
+    assert len(wr.round_p50(m)) == 2
+
+
 def test_calls_per_second_native_next_to_python(nodes, launchers, workdirs, measure):
     server, client = nodes
     results = wr.throughput(launchers, server, client, workdirs[client.name], configs=CONFIGS[:2],
