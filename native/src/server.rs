@@ -402,14 +402,47 @@ impl EventLoop {
             }
             if spinning {
                 std::thread::yield_now(); // let rxe's kernel workers run (see VerbsEnd::wait)
+                // then only the hot connections' CQs are polled, up to `yield_every`, before the next
+                // yield and look at the other sockets: each costs a system call
+                let burst_end = (Instant::now() + crate::verbs::yield_every()).min(spin_until);
+                loop {
+                    let mut served = false;
+                    for &id in &hot {
+                        let busy = matches!(self.conns.get(&id).map(|c| &c.stream), Some(Io::Verbs(e)) if e.readable());
+                        if busy {
+                            self.on_readable(id, false);
+                            spin_until = (Instant::now() + crate::verbs::server_spin()).min(spin_cap);
+                            served = true;
+                        }
+                    }
+                    if served || Instant::now() >= burst_end {
+                        break;
+                    }
+                    std::hint::spin_loop();
+                }
+            } else if !hot.is_empty() {
+                // the spin is over: arm the hot connections' CQs, then look once more, since a
+                // completion that came before the arming raises no event; one that did came as a
+                // wake-up would, and keeps the spin going
+                let mut served = false;
                 for &id in &hot {
-                    let busy = matches!(self.conns.get(&id).map(|c| &c.stream), Some(Io::Verbs(e)) if e.readable());
+                    let busy = match self.conns.get(&id).map(|c| &c.stream) {
+                        Some(Io::Verbs(e)) => {
+                            e.arm();
+                            e.readable()
+                        }
+                        _ => false,
+                    };
                     if busy {
                         self.on_readable(id, false);
-                        spin_until = (Instant::now() + crate::verbs::server_spin()).min(spin_cap);
+                        served = true;
                     }
                 }
-            } else {
+                if served {
+                    spin_until = Instant::now() + crate::verbs::server_spin();
+                    spin_cap = Instant::now() + SPIN_CAP;
+                    continue;
+                }
                 hot.clear();
             }
             if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
@@ -437,7 +470,9 @@ impl EventLoop {
                             continue;
                         }
                         if let Some(Io::Verbs(e)) = self.conns.get(&id).map(|c| &c.stream) {
-                            e.rearm(); // take the channel's events and arm the CQ, then look at it
+                            // take the channel's events and leave the CQ unarmed while the loop
+                            // busy-polls it (armed again when the spin ends)
+                            e.take_events();
                             self.on_writable(id);
                             self.on_readable(id, false);
                             if !hot.contains(&id) {

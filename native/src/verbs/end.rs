@@ -198,15 +198,24 @@ impl VerbsEnd {
         Ok(())
     }
 
-    /// Takes the completion channel's events and re-arms the CQ (the server's loop, on its readiness).
-    pub fn rearm(&self) {
+    /// Takes the completion channel's events, leaving the CQ unarmed (the server's loop, on its
+    /// readiness: it busy-polls the connection next, and an armed CQ would raise an event, and wake
+    /// the loop's poll, for every completion it reaps by polling anyway).
+    pub fn take_events(&self) {
         let st = self.st.lock().unwrap();
         // SAFETY: live endpoint (closed ones are deregistered before their endpoint goes)
         if !st.closed {
-            unsafe {
-                ffi::hv_take_events(st.ep);
-                ffi::hv_arm(st.ep);
-            }
+            unsafe { ffi::hv_take_events(st.ep) };
+        }
+    }
+
+    /// Arms the CQ: its next completion raises an event on the channel (before the loop sleeps; the
+    /// caller then looks at the connection once more, for what came before the arming).
+    pub fn arm(&self) {
+        let st = self.st.lock().unwrap();
+        // SAFETY: as above
+        if !st.closed {
+            unsafe { ffi::hv_arm(st.ep) };
         }
     }
 
@@ -258,6 +267,7 @@ impl VerbsEnd {
         let start = Instant::now();
         let deadline = start + timeout;
         let spin_until = start + spin();
+        let mut next_yield = start;
         loop {
             if ready() {
                 return true;
@@ -267,9 +277,15 @@ impl VerbsEnd {
                 return false;
             }
             if now < spin_until {
-                // yield, not a bare spin: rxe's kernel workers must run on this CPU for our completion
-                // to come, and a process spinning through its time slice delays them by milliseconds
-                std::thread::yield_now();
+                // a yield now and then, not a bare spin: rxe's kernel workers may need this CPU for our
+                // completion to come, and a process spinning through its time slice delays them by
+                // milliseconds; but not at every poll (see `yield_every`)
+                if now >= next_yield {
+                    std::thread::yield_now();
+                    next_yield = now + crate::verbs::yield_every();
+                } else {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
             break;

@@ -67,6 +67,18 @@ pub fn server_spin() -> std::time::Duration {
     })
 }
 
+/// How often a busy-poll yields the CPU: `HPCNET_VERBS_YIELD_US`, default 20. Between yields it only
+/// polls the CQ, as perftest does; a yield per poll costs a system call each, which under emulation
+/// is most of what a poll costs, and delays seeing the completion by as much.
+pub fn yield_every() -> std::time::Duration {
+    static EVERY: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+    *EVERY.get_or_init(|| {
+        let us = std::env::var("HPCNET_VERBS_YIELD_US").ok().and_then(|v| v.parse::<f64>().ok())
+            .filter(|v| (0.0..1e6).contains(v)).unwrap_or(20.0);
+        std::time::Duration::from_secs_f64(us * 1e-6)
+    })
+}
+
 /// Why native verbs cannot run here, or None.
 pub fn unavailable() -> Option<String> {
     ffi::load().err()
