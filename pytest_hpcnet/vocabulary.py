@@ -29,7 +29,7 @@ METRICS: frozenset[str] = frozenset({
     "rpc.echo.rtt", "rpc.echo.rtt.floor", "rpc.echo.rtt.in_process", "rpc.echo.rtt_ratio",
     "rpc.echo.calls_per_second", "rpc.echo.peak_calls_per_second",
     "rpc.buffers.allocations_per_call", "rpc.buffers.copies_per_call",
-    "verbs.send.rtt", "socket.pingpong.rtt",
+    "verbs.send.rtt", "socket.pingpong.rtt", "verbs.pingpong.rtt",
     # the fabric alone, beside RDMA claims (pytest_hpcnet.fabric: perftest, qperf, sockperf)
     "fabric.latency", "fabric.bandwidth",
     # dfsio (pytest_hpcnet.workloads.dfsio.results)

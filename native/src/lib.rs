@@ -327,6 +327,39 @@ fn pingpong(py: Python<'_>, host: &str, port: u16, size: usize, iterations: usiz
     Ok(py.allow_threads(|| floor::pingpong(addr, size, iterations, warmup, t))?)
 }
 
+/// The verbs ping-pong echo server (`verbs::floor`): a thread per connection, on an RDMA address.
+#[pyclass(name = "VerbsFloorServer", module = "pytest_hpcnet_native._native")]
+struct PyVerbsFloorServer {
+    inner: verbs::floor::VerbsFloorServer,
+    #[pyo3(get)]
+    address: (String, u16),
+}
+
+#[pymethods]
+impl PyVerbsFloorServer {
+    #[new]
+    fn new(host: &str, port: u16) -> PyResult<Self> {
+        let inner = verbs::floor::VerbsFloorServer::start(host, port)
+            .map_err(|e| PyOSError::new_err(format!("cannot listen for RDMA on {host}:{port}: {e}")))?;
+        let address = (host.to_string(), inner.port);
+        Ok(PyVerbsFloorServer { inner, address })
+    }
+
+    fn stop(&mut self, py: Python<'_>) {
+        let inner = &mut self.inner;
+        py.allow_threads(|| inner.stop())
+    }
+}
+
+/// Round-trip times in microseconds of `iterations` verbs ping-pongs of `size` bytes (no RPC).
+#[pyfunction]
+#[pyo3(signature = (host, port, size, iterations, warmup=0, timeout=30.0))]
+fn verbs_pingpong(py: Python<'_>, host: &str, port: u16, size: usize, iterations: usize, warmup: usize,
+                  timeout: f64) -> PyResult<Vec<f64>> {
+    let t = seconds(timeout)?;
+    Ok(py.allow_threads(|| verbs::floor::pingpong(host, port, size, iterations, warmup, t))?)
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -338,6 +371,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFloorServer>()?;
     m.add_class::<PyPingPong>()?;
     m.add_function(wrap_pyfunction!(pingpong, m)?)?;
+    m.add_class::<PyVerbsFloorServer>()?;
+    m.add_function(wrap_pyfunction!(verbs_pingpong, m)?)?;
     dfs::register(m)?;
     m.add_class::<dfs_writer::PyPacketWriter>()?;
     sendfile::register(m)?;

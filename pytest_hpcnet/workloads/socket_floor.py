@@ -3,6 +3,10 @@
 The server echoes fixed-size messages; the client times each round trip with ``perf_counter_ns`` and
 prints the samples as JSON. Both ends run on cluster nodes through their launchers. Messages are
 length-prefixed (4 bytes, big-endian) so one connection can sweep several payload sizes.
+
+``transport="verbs"`` (native only) runs the same ping-pong over the native core's verbs endpoint
+(eager sends, credits, the RPC's waits; metric ``verbs.pingpong.rtt``): between perftest's
+``ib_send_lat`` and the native RPC echo, it says what the endpoint costs and what the RPC adds.
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ import time
 
 from ..cluster.nodeprogram import announce, await_ready, node_main, serve_until_signalled
 from ..cluster.pool import Launchers, finish
+from ..errors import ConfigError
 from ..measure import Measurement, measurement
 from ..sockets import accept_in_background, recv_exact
 
 METRIC = "socket.pingpong.rtt"
+METRICS = {"tcp": METRIC, "verbs": "verbs.pingpong.rtt"}
 DEFAULT_SIZES = (1, 64, 1024, 4096, 16384, 65536)
 _LEN = struct.Struct(">I")
 MAX_SIZE = 64 << 20
@@ -29,8 +35,8 @@ def _tune(sock: socket.socket) -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def _announce(host: str, port: int, impl: str) -> None:
-    announce("listening", transport="tcp", address=(host, port), impl=impl)
+def _announce(host: str, port: int, impl: str, transport: str = "tcp") -> None:
+    announce("listening", transport=transport, address=(host, port), impl=impl)
 
 
 def serve(host: str, port: int) -> None:
@@ -53,6 +59,15 @@ def serve_native(host: str, port: int) -> None:
     native.require("--impl")
     server = native.core.FloorServer(host, port)
     serve_until_signalled(server.stop, ready=lambda: _announce(host, server.address[1], "native"))
+
+
+def serve_native_verbs(host: str, port: int) -> None:
+    """The ping-pong over the native verbs endpoint, on this host's RDMA address."""
+    from ..reference import native
+    from ..reference.transport.verbs import rdma_host
+    native.require("--transport verbs")
+    server = native.core.VerbsFloorServer(rdma_host(host), port)
+    serve_until_signalled(server.stop, ready=lambda: _announce(host, server.address[1], "native", "verbs"))
 
 
 def _echo(conn: socket.socket) -> None:
@@ -96,25 +111,30 @@ def pingpong(host: str, port: int, sizes, iterations: int, warmup: int) -> dict[
 
 
 def run(launchers: Launchers, server, client, *, sizes=DEFAULT_SIZES, iterations: int = 1000,
-        warmup: int = 100, network: str = "eth", timeout: float = 300, impl: str = "python") -> list[Measurement]:
+        warmup: int = 100, network: str = "eth", timeout: float = 300, impl: str = "python",
+        transport: str = "tcp") -> list[Measurement]:
     """Start the echo server on ``server``, the timing client on ``client``; return one Measurement per size.
-    ``impl="native"``: both ends from the native core (config ``tcp/<network>,impl=native``), the floor
-    the native RPC is read against."""
+    ``impl="native"``: both ends from the native core (config ``<transport>/<network>,impl=native``),
+    the floor the native RPC is read against; ``transport="verbs"`` needs it."""
+    if transport not in METRICS:
+        raise ConfigError(f"the ping-pong runs over {' or '.join(METRICS)}, not {transport!r}", where="transport")
+    if transport == "verbs" and impl != "native":
+        raise ConfigError("the verbs ping-pong is the native core's: impl=native", where="impl")
     host = server.address(network)
     srv = launchers.start(server, [sys.executable, "-m", __name__, "serve", "--host", host, "--port", "0",
-                                   "--impl", impl])
+                                   "--impl", impl, "--transport", transport])
     try:
         port = await_ready(srv).port
         cli = launchers.start(client, [sys.executable, "-m", __name__, "ping", "--host", host,
                                        "--port", str(port), "--sizes", ",".join(map(str, sizes)),
                                        "--iterations", str(iterations), "--warmup", str(warmup),
-                                       "--impl", impl])
+                                       "--impl", impl, "--transport", transport])
         out, _ = finish(cli, timeout)
     finally:
         srv.kill()
     results = json.loads(out)
-    config = f"tcp/{network}" if impl == "python" else f"tcp/{network},impl=native"
-    return [measurement(METRIC, samples, unit="us", direction="lower", config=config,
+    config = f"{transport}/{network}" if impl == "python" else f"{transport}/{network},impl=native"
+    return [measurement(METRICS[transport], samples, unit="us", direction="lower", config=config,
                         nodes=(client.name, server.name),
                         params={"size": int(size), "round_trip": True})
             for size, samples in results.items()]
@@ -127,6 +147,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=0)
     s.add_argument("--impl", choices=["python", "native"], default="python")
+    s.add_argument("--transport", choices=list(METRICS), default="tcp")
     p = sub.add_parser("ping")
     p.add_argument("--host", required=True)
     p.add_argument("--port", type=int, required=True)
@@ -134,19 +155,31 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--iterations", type=int, default=1000)
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--impl", choices=["python", "native"], default="python")
+    p.add_argument("--transport", choices=list(METRICS), default="tcp")
     return parser
 
 
 def _run(args) -> int:
+    if args.transport == "verbs" and args.impl != "native":
+        raise ConfigError("the verbs ping-pong is the native core's: --impl native", where="--transport")
     if args.cmd == "serve":
-        (serve_native if args.impl == "native" else serve)(args.host, args.port)
+        if args.transport == "verbs":
+            serve_native_verbs(args.host, args.port)
+        else:
+            (serve_native if args.impl == "native" else serve)(args.host, args.port)
         return 0
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.impl == "native":   # timed inside the core
         from ..reference import native
         native.require("--impl")
-        out = {size: native.core.pingpong(args.host, args.port, size, args.iterations, args.warmup)
-               for size in sizes}
+        if args.transport == "verbs":
+            from ..reference.transport.verbs import rdma_host
+            host = rdma_host(args.host)
+            out = {size: native.core.verbs_pingpong(host, args.port, size, args.iterations, args.warmup)
+                   for size in sizes}
+        else:
+            out = {size: native.core.pingpong(args.host, args.port, size, args.iterations, args.warmup)
+                   for size in sizes}
     else:
         out = pingpong(args.host, args.port, sizes, args.iterations, args.warmup)
     json.dump(out, sys.stdout)

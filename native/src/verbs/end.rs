@@ -263,10 +263,16 @@ impl VerbsEnd {
     /// capped when waiting for credits (a credit-word write raises no completion) and when another
     /// thread waits too (it may take the event this one waits for).
     pub fn wait(&self, writable: bool, timeout: Duration) -> bool {
+        self.wait_spinning(writable, timeout, spin())
+    }
+
+    /// `wait` with a busy-poll of `spin` before the sleep (the floor's server spins as the RPC
+    /// server's loop does).
+    pub fn wait_spinning(&self, writable: bool, timeout: Duration, spin: Duration) -> bool {
         let ready = || if writable { self.writable() } else { self.readable() };
         let start = Instant::now();
         let deadline = start + timeout;
-        let spin_until = start + spin();
+        let spin_until = start + spin;
         let mut next_yield = start;
         loop {
             if ready() {

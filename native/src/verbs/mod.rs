@@ -11,6 +11,7 @@
 pub mod cm;
 pub mod end;
 pub mod ffi;
+pub mod floor;
 
 pub use end::VerbsEnd;
 

@@ -78,9 +78,6 @@ def _verbs_host(host: str) -> str:
     """rdma_cm needs this machine's RDMA address for loopback/wildcard hosts, as the pyverbs transport."""
     from ..transport.verbs import rdma_host
     return rdma_host(host)
-    if buffers not in BUFFERS:
-        raise ConfigError(f"unknown buffer design {buffers!r}; choose one of {sorted(BUFFERS)}",
-                          where="buffers")
 
 
 def _raise(e: Exception):
