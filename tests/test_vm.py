@@ -138,6 +138,7 @@ def test_qemu_command_is_tcg_without_network_or_disk(tmp_path):
     assert "avx2=off" in cmd[cmd.index("-cpu") + 1]          # QEMU 7.2's TCG AVX2 mis-sorts numpy argsort
     assert cmd[cmd.index("-nic") + 1] == "none" and "-no-reboot" in cmd
     assert "rdinit=/init" in cmd[cmd.index("-append") + 1]
+    assert "tsc=reliable" in cmd[cmd.index("-append") + 1].split()       # not the emulated HPET's clock
     assert cmd[-1] == f"file:{tmp_path / 'log'}"
 
 
