@@ -422,8 +422,11 @@ impl EventLoop {
                 }
             } else if !hot.is_empty() {
                 // the spin is over: arm the hot connections' CQs, then look once more, since a
-                // completion that came before the arming raises no event; one that did came as a
-                // wake-up would, and keeps the spin going
+                // completion that came before the arming raises no event. A message found then came
+                // as a wake-up would and starts a new spin, unless this spin ran into its cap (a
+                // connection that stays readable, e.g. paused behind a peer that returns no credits,
+                // must not keep the loop spinning: it waits for its events like any other)
+                let capped = spin_until >= spin_cap;
                 let mut served = false;
                 for &id in &hot {
                     let busy = match self.conns.get(&id).map(|c| &c.stream) {
@@ -438,7 +441,7 @@ impl EventLoop {
                         served = true;
                     }
                 }
-                if served {
+                if served && !capped {
                     spin_until = Instant::now() + crate::verbs::server_spin();
                     spin_cap = Instant::now() + SPIN_CAP;
                     continue;

@@ -336,7 +336,7 @@ def test_latency_sweep_verbs_and_tcp_next_to_ib_send_lat(cluster, launchers, mea
         # The goal's figure: the native pair alone, a round's calls back to back inside the core, as
         # ib_send_lat runs. In the interleaved sweep above each native call follows a pyverbs and a
         # tcp call, so the native server has gone to sleep and the pyverbs server still busy-polls a
-        # vCPU (one guest boot on 2026-12-02: 0.6-0.9 ms interleaved, 72-74 us alone).
+        # vCPU (one guest boot on 2026-12-02: 0.5-0.8 ms interleaved, 60-63 us alone).
         alone = rpc_workload.latency_sweep(launchers, server, client, configs=[native_verbs],
                                            sizes=(GOAL_SIZE,), rounds=3, iterations=200, warmup=50)
         compiled = rpc_workload.round_p50(alone[0])
