@@ -43,11 +43,18 @@ impl FloorServer {
     }
 }
 
-fn echo(mut conn: TcpStream) {
+fn echo(conn: TcpStream) {
     let _ = conn.set_nodelay(true);
+    echo_frames(|buf| (&conn).read_exact(buf), |buf| (&conn).write_all(buf));
+}
+
+/// The floor server's side of the wire, over any pair of blocking calls: a frame read whole, then
+/// echoed whole, until either fails or a frame announces more than `MAX_SIZE`.
+pub fn echo_frames(mut read_exact: impl FnMut(&mut [u8]) -> io::Result<()>,
+                   mut write_all: impl FnMut(&[u8]) -> io::Result<()>) {
     let mut buf = vec![0u8; 4 + 65536];
     loop {
-        if conn.read_exact(&mut buf[..4]).is_err() {
+        if read_exact(&mut buf[..4]).is_err() {
             return;
         }
         let size = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
@@ -57,7 +64,7 @@ fn echo(mut conn: TcpStream) {
         if buf.len() < 4 + size {
             buf.resize(4 + size, 0);
         }
-        if conn.read_exact(&mut buf[4..4 + size]).is_err() || conn.write_all(&buf[..4 + size]).is_err() {
+        if read_exact(&mut buf[4..4 + size]).is_err() || write_all(&buf[..4 + size]).is_err() {
             return;
         }
     }

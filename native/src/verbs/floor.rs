@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::cm::{self, Event, VerbsListener};
 use super::VerbsEnd;
-use crate::floor::MAX_SIZE; // the raw-socket floor's limit: the same wire
+use crate::floor::MAX_SIZE; // the raw-socket floor's wire and limit
 
 const LOOK: Duration = Duration::from_millis(100); // how often a waiting thread looks at `stopping`
 
@@ -81,24 +81,10 @@ fn serve(listener: VerbsListener, stop: &Arc<AtomicBool>) {
 }
 
 fn echo(end: &VerbsEnd, stop: &AtomicBool) {
-    let mut buf = vec![0u8; 4 + 65536];
     let spin = super::server_spin();
-    loop {
-        if read_exact(end, &mut buf[..4], spin, stop).is_err() {
-            break;
-        }
-        let size = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
-        if size > MAX_SIZE {
-            break; // garbage or a hostile peer: drop the connection
-        }
-        if buf.len() < 4 + size {
-            buf.resize(4 + size, 0);
-        }
-        if read_exact(end, &mut buf[4..4 + size], spin, stop).is_err()
-            || write_all(end, &buf[..4 + size], spin, Some(stop), Instant::now() + Duration::from_secs(60)).is_err() {
-            break;
-        }
-    }
+    crate::floor::echo_frames(
+        |buf| read_exact(end, buf, spin, stop),
+        |buf| write_all(end, buf, spin, Some(stop), Instant::now() + Duration::from_secs(60)));
     end.close();
 }
 
