@@ -553,7 +553,7 @@ impl Drop for Client {
 /// `head` then `body` through an end whose writes take what fits (`write`, WouldBlock when nothing
 /// does), waiting for room (`wait`, false when none came in time) until `timeout`; `stalled` says
 /// what the peer failed to do when it runs out.
-fn write_pair(head: &[u8], body: &[u8], timeout: Duration,
+pub(crate) fn write_pair(head: &[u8], body: &[u8], timeout: Duration,
               mut write: impl FnMut(&[&[u8]]) -> io::Result<usize>,
               mut wait: impl FnMut(Duration) -> bool, stalled: &str) -> io::Result<()> {
     let deadline = Instant::now() + timeout;

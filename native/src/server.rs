@@ -406,14 +406,9 @@ impl EventLoop {
                 // yield and look at the other sockets: each costs a system call
                 let burst_end = (Instant::now() + crate::verbs::yield_every()).min(spin_until);
                 loop {
-                    let mut served = false;
-                    for &id in &hot {
-                        let busy = matches!(self.conns.get(&id).map(|c| &c.stream), Some(Io::Verbs(e)) if e.readable());
-                        if busy {
-                            self.on_readable(id, false);
-                            spin_until = (Instant::now() + crate::verbs::server_spin()).min(spin_cap);
-                            served = true;
-                        }
+                    let served = self.serve_hot(&hot, false);
+                    if served {
+                        spin_until = (Instant::now() + crate::verbs::server_spin()).min(spin_cap);
                     }
                     if served || Instant::now() >= burst_end {
                         break;
@@ -427,21 +422,7 @@ impl EventLoop {
                 // connection that stays readable, e.g. paused behind a peer that returns no credits,
                 // must not keep the loop spinning: it waits for its events like any other)
                 let capped = spin_until >= spin_cap;
-                let mut served = false;
-                for &id in &hot {
-                    let busy = match self.conns.get(&id).map(|c| &c.stream) {
-                        Some(Io::Verbs(e)) => {
-                            e.arm();
-                            e.readable()
-                        }
-                        _ => false,
-                    };
-                    if busy {
-                        self.on_readable(id, false);
-                        served = true;
-                    }
-                }
-                if served && !capped {
+                if self.serve_hot(&hot, true) && !capped {
                     spin_until = Instant::now() + crate::verbs::server_spin();
                     spin_cap = Instant::now() + SPIN_CAP;
                     continue;
@@ -597,6 +578,28 @@ impl EventLoop {
                 Err(_) => return, // EMFILE and the like: try again on the next event
             }
         }
+    }
+
+    /// Serves every verbs connection in `hot` that has something to read (arming its CQ first when
+    /// `arm`); whether any had.
+    fn serve_hot(&mut self, hot: &[usize], arm: bool) -> bool {
+        let mut served = false;
+        for &id in hot {
+            let busy = match self.conns.get(&id).map(|c| &c.stream) {
+                Some(Io::Verbs(e)) => {
+                    if arm {
+                        e.arm();
+                    }
+                    e.readable()
+                }
+                _ => false,
+            };
+            if busy {
+                self.on_readable(id, false);
+                served = true;
+            }
+        }
+        served
     }
 
     fn drain_outbox(&mut self) {

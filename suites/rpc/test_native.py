@@ -30,9 +30,10 @@ def test_latency_sweep_native_next_to_python(nodes, launchers, measure):
         assert len(m.samples) == 3 * wr.iterations_for(m.params["size"], 20) and min(m.samples) > 0
 
 
-def test_latency_sweep_of_one_native_configuration_runs_back_to_back(nodes, launchers, measure):
-    """Alone, a native configuration's calls of a round run in one call into the core (perftest's way):
-    the same shape of record, every call a sample."""
+def test_latency_sweep_of_one_native_configuration_keeps_the_record_shape(nodes, launchers, measure):
+    """Alone, a native configuration's calls of a round run in one call into the core (perftest's way;
+    its figures are in test_verbs_rpc.py's summary): the record keeps the interleaved sweep's shape,
+    every call a sample, ``rounds`` equal slices."""
     server, client = nodes
     sweep = wr.latency_sweep(launchers, server, client, configs=wr.NATIVE_CONFIGS[:1], sizes=(64,), rounds=2,
                              iterations=30, warmup=5)

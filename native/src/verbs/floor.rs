@@ -82,9 +82,8 @@ fn serve(listener: VerbsListener, stop: &Arc<AtomicBool>) {
 
 fn echo(end: &VerbsEnd, stop: &AtomicBool) {
     let spin = super::server_spin();
-    crate::floor::echo_frames(
-        |buf| read_exact(end, buf, spin, stop),
-        |buf| write_all(end, buf, spin, Some(stop), Instant::now() + Duration::from_secs(60)));
+    crate::floor::echo_frames(|buf| read_until(end, buf, spin, Some(stop), None),
+                              |buf| write_all(end, buf, spin, Some(stop), Duration::from_secs(60)));
     end.close();
 }
 
@@ -92,7 +91,8 @@ fn stopped(stop: Option<&AtomicBool>) -> bool {
     stop.is_some_and(|s| s.load(Ordering::Relaxed))
 }
 
-fn read_until(end: &VerbsEnd, buf: &mut [u8], spin: Duration, stop: Option<&AtomicBool>, deadline: Instant)
+/// `buf` filled from the stream, waiting until `deadline` (None: until `stop`).
+fn read_until(end: &VerbsEnd, buf: &mut [u8], spin: Duration, stop: Option<&AtomicBool>, deadline: Option<Instant>)
               -> io::Result<()> {
     let mut got = 0;
     while got < buf.len() {
@@ -101,11 +101,12 @@ fn read_until(end: &VerbsEnd, buf: &mut [u8], spin: Duration, stop: Option<&Atom
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 let now = Instant::now();
-                if now >= deadline || stopped(stop) {
+                if deadline.is_some_and(|d| now >= d) || stopped(stop) {
                     return Err(io::Error::new(io::ErrorKind::TimedOut, format!(
                         "no reply from {} ({got} of {} bytes)", end.peer, buf.len())));
                 }
-                end.wait_spinning(false, (deadline - now).min(LOOK), spin);
+                let left = deadline.map_or(LOOK, |d| (d - now).min(LOOK));
+                end.wait_spinning(false, left, spin);
             }
             Err(e) => return Err(e),
         }
@@ -113,27 +114,13 @@ fn read_until(end: &VerbsEnd, buf: &mut [u8], spin: Duration, stop: Option<&Atom
     Ok(())
 }
 
-fn read_exact(end: &VerbsEnd, buf: &mut [u8], spin: Duration, stop: &AtomicBool) -> io::Result<()> {
-    read_until(end, buf, spin, Some(stop), Instant::now() + Duration::from_secs(3600))
-}
-
-fn write_all(end: &VerbsEnd, mut buf: &[u8], spin: Duration, stop: Option<&AtomicBool>, deadline: Instant)
+/// The RPC client's write loop (`client::write_pair`), its waits spinning `spin` and given up on `stop`.
+fn write_all(end: &VerbsEnd, buf: &[u8], spin: Duration, stop: Option<&AtomicBool>, timeout: Duration)
              -> io::Result<()> {
-    while !buf.is_empty() {
-        match end.write(buf) {
-            Ok(n) => buf = &buf[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                let now = Instant::now();
-                if now >= deadline || stopped(stop) {
-                    return Err(io::Error::new(io::ErrorKind::TimedOut, format!(
-                        "{} returned no send credits", end.peer)));
-                }
-                end.wait_spinning(true, (deadline - now).min(LOOK), spin);
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+    crate::client::write_pair(buf, &[], timeout, |bufs| end.write_vectored(bufs), |left| {
+        end.wait_spinning(true, left.min(LOOK), spin);
+        !stopped(stop) // write_pair itself gives up at its deadline
+    }, "the floor's peer returned no send credits")
 }
 
 /// Round-trip times in microseconds of `iterations` ping-pongs of `size` bytes (after `warmup`)
@@ -152,9 +139,8 @@ pub fn pingpong(host: &str, port: u16, size: usize, iterations: usize, warmup: u
     let result = (|| {
         for i in 0..warmup + iterations {
             let t0 = Instant::now();
-            let deadline = t0 + timeout;
-            write_all(&end, &message, spin, None, deadline)?;
-            read_until(&end, &mut reply, spin, None, deadline)?;
+            write_all(&end, &message, spin, None, timeout)?;
+            read_until(&end, &mut reply, spin, None, Some(t0 + timeout))?;
             let dt = t0.elapsed();
             if reply[..4] != message[..4] {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, "the floor server echoed another length"));
