@@ -96,9 +96,10 @@ def write_hadoop_xml(path: str | os.PathLike, conf: dict[str, str]) -> None:
 SITE_FILES = ("core-site.xml", "hdfs-site.xml", "mapred-site.xml", "yarn-site.xml")
 
 
-def write_client_conf(conf_dir: str | os.PathLike, conf: dict[str, str]) -> None:
-    """A client configuration dir (for the classpath or HADOOP_CONF_DIR) holding ``conf``."""
-    for name in SITE_FILES:
+def write_client_conf(conf_dir: str | os.PathLike, conf: dict[str, str], files=SITE_FILES) -> None:
+    """A client configuration dir (for the classpath or HADOOP_CONF_DIR) holding ``conf`` in each of
+    ``files`` (Ozone's daemons and clients read ``ozone-site.xml`` as well)."""
+    for name in files:
         write_hadoop_xml(Path(conf_dir) / name, conf)
 
 

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import shlex
 import socket
+import subprocess
 import time
 from pathlib import Path
 
 from ...errors import HpcnetError
+from ..hadoop.jobs import _tail
 from ..hadoop.minicluster import kill_tree
 
 
@@ -27,11 +29,9 @@ class DaemonError(HpcnetError, RuntimeError):
 
 def log_tail(path: Path, lines: int = 12) -> str:
     try:
-        text = Path(path).read_text(errors="replace").splitlines()
+        return _tail(Path(path).read_text(errors="replace"), lines)
     except OSError:
         return ""
-    errors = [ln for ln in text if "Exception" in ln or "ERROR" in ln][-4:]
-    return "\n".join(errors + ["..."] + text[-lines:])
 
 
 class Daemon:
@@ -88,7 +88,7 @@ class Daemon:
         """For a one-shot command (a format, an --init): it must exit 0 in time."""
         try:
             code = self.proc.wait(timeout)
-        except Exception:
+        except subprocess.TimeoutExpired:
             self.stop()
             raise self.failure(f"did not finish in {timeout:.0f} s") from None
         if code != 0:

@@ -14,10 +14,12 @@ the controller. ``close()`` stops every JVM this deployment started, containers 
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from pathlib import Path
 
-from ..hadoop.minicluster import SMALL_BOX, free_port, write_hadoop_xml
+from ..hadoop.minicluster import SMALL_BOX, free_port, write_client_conf
 from ..hadoop.runtime import JAVA17_OPENS
 from .daemons import Daemon, DaemonError
 
@@ -69,17 +71,13 @@ class Deployment:
         self.storage, self.yarn = placement(cluster.nodes)
         self.start_timeout = start_timeout
         self.daemons: list[Daemon] = []
-        self.ozone: dict[str, dict] = {}        # layout -> {"om": (host, port), "daemons": [...]}
+        self.ozone: dict[str, dict] = {}        # layout -> {"om": (host, port)}
         self.conf: dict[str, str] = {}
         self.conf_dir = self.workdir / "client-conf"
         self.rm_web = ""
         self.started_s: dict[str, float] = {}
 
     # -- the configuration ---------------------------------------------------------------------------
-    @staticmethod
-    def host(node) -> str:
-        return node.address()
-
     def classpath_for_jobs(self) -> str:
         """What MapReduce containers and clients load: the client configuration, Hadoop's jars and
         Ozone's file system (the shaded jar for Hadoop 3)."""
@@ -87,9 +85,9 @@ class Deployment:
         return ",".join([str(self.conf_dir), f"{self.hadoop_rt.jar_dir}/*", *map(str, fs_jar[-1:])])
 
     def _base_conf(self) -> dict[str, str]:
-        nn, rm = self.host(self.storage[0]), self.host(self.yarn[0])
+        nn, rm = self.storage[0].address(), self.yarn[0].address()
         cp = self.classpath_for_jobs()
-        conf = {
+        return {
             **SMALL_BOX, **OZONE_SMALL,
             "mapreduce.job.ubertask.enable": "false",      # a real cluster's jobs run in containers
             "fs.defaultFS": f"hdfs://{nn}:{free_port()}",
@@ -99,10 +97,8 @@ class Deployment:
             "dfs.namenode.datanode.registration.ip-hostname-check": "false",
             "dfs.namenode.http-address": f"{nn}:{free_port()}",
             "yarn.resourcemanager.hostname": rm,
-            "yarn.resourcemanager.webapp.address": f"{rm}:{free_port()}",
-            **{f"yarn.resourcemanager.{k}.address": f"{rm}:{free_port()}"
-               for k in ("", "scheduler", "resource-tracker", "admin") if k} ,
-            "yarn.resourcemanager.address": f"{rm}:{free_port()}",
+            **{f"yarn.resourcemanager.{k}": f"{rm}:{free_port()}" for k in (
+                "address", "webapp.address", "scheduler.address", "resource-tracker.address", "admin.address")},
             "mapreduce.jobhistory.address": f"{rm}:{free_port()}",
             "mapreduce.jobhistory.webapp.address": f"{rm}:{free_port()}",
             "mapreduce.jobhistory.admin.address": f"{rm}:{free_port()}",
@@ -117,12 +113,10 @@ class Deployment:
             "mapreduce.map.java.opts": _opts("-Xmx200m"), "mapreduce.reduce.java.opts": _opts("-Xmx200m"),
             "yarn.resourcemanager.nodemanagers.heartbeat-interval-ms": "500",
         }
-        return conf
 
     def _write_conf(self, where: Path, conf: dict) -> Path:
         where.mkdir(parents=True, exist_ok=True)
-        for name in SITE_FILES:
-            write_hadoop_xml(where / name, conf)
+        write_client_conf(where, conf, SITE_FILES)
         return where
 
     def _daemon(self, name: str, node, jars: Path, conf: dict, *, ready, args=(), heap="-Xmx256m",
@@ -167,7 +161,7 @@ class Deployment:
         started = [self._run(self._daemon("namenode", nn_node, jars, nn_conf, ready=(host, int(port)),
                                           heap="-Xmx384m"))]
         for i, node in enumerate(self.storage):
-            h = self.host(node)
+            h = node.address()
             dn_port = free_port()
             started.append(self._run(self._daemon(f"datanode@{i}", node, jars, {
                 **self.conf, "dfs.datanode.hostname": h, "dfs.datanode.address": f"{h}:{dn_port}",
@@ -179,7 +173,7 @@ class Deployment:
         started.append(self._run(self._daemon("resourcemanager", rm_node, jars, self.conf,
                                               ready=(rm_host, int(rm_port)), heap="-Xmx384m")))
         for i, node in enumerate(self.yarn):
-            h = self.host(node)
+            h = node.address()
             nm_port = free_port()
             home = Path(node.workdir) / "daemons" / f"nodemanager@{i}"
             started.append(self._run(self._daemon(f"nodemanager@{i}", node, jars, {
@@ -199,8 +193,6 @@ class Deployment:
         return self
 
     def _wait_nodemanagers(self, deadline: float) -> None:
-        import json
-        import urllib.request
         while True:
             try:
                 with urllib.request.urlopen(f"{self.rm_web}/ws/v1/cluster/metrics", timeout=5) as r:
@@ -229,7 +221,7 @@ class Deployment:
         deadline = t0 + self.start_timeout
         tag = layout.lower().replace("_", "-")
         meta_node = self.storage[len(self.ozone) % len(self.storage)]
-        h = self.host(meta_node)
+        h = meta_node.address()
         ports = {k: free_port() for k in ("scm.client", "scm.block", "scm.datanode", "scm.http", "scm.ratis",
                                          "scm.grpc", "scm.security", "om", "om.http", "om.ratis")}
         conf = {
@@ -260,7 +252,7 @@ class Deployment:
         om = self._run(self._daemon(f"om-{tag}", meta_node, jars, om_conf, ready=(h, ports["om"]), role="om"))
         started = [scm, om]
         for i, node in enumerate(self.storage):
-            dh = self.host(node)
+            dh = node.address()
             home = Path(node.workdir) / "daemons" / f"ozone-datanode-{tag}@{i}"
             dport = free_port()
             started.append(self._run(self._daemon(f"ozone-datanode-{tag}@{i}", node, jars, {
@@ -276,7 +268,7 @@ class Deployment:
         for d in started:
             d.wait_ready(deadline)
         self.started_s[f"ozone {layout}"] = time.monotonic() - t0
-        return {"om": (h, ports["om"]), "scm_http": f"http://{h}:{ports['scm.http']}", "daemons": started}
+        return {"om": (h, ports["om"])}
 
     def close(self) -> None:
         for d in reversed(self.daemons):
