@@ -86,6 +86,9 @@ class HadoopRuntime:
     hadoop_home: Path | None = None
     heap: str = "-Xmx512m"
     env: dict = field(default_factory=dict)
+    # jars a client needs beside Hadoop's own (Ozone's ofs:// file system): last on the classpath, and
+    # in HADOOP_CLASSPATH on a real installation
+    extra_jars: tuple[str, ...] = ()
 
     @property
     def mode(self) -> str:
@@ -93,7 +96,7 @@ class HadoopRuntime:
 
     def classpath(self, conf_dir=None) -> str:
         """Jar-dir mode: the configuration dir (its core-site.xml) first, then every jar."""
-        return ":".join(filter(None, [str(conf_dir) if conf_dir else "", f"{self.jar_dir}/*"]))
+        return ":".join(filter(None, [str(conf_dir) if conf_dir else "", f"{self.jar_dir}/*", *self.extra_jars]))
 
     def java_opts(self) -> list[str]:
         return [self.heap, "-Djava.net.preferIPv4Stack=true", *JAVA17_OPENS]
@@ -123,9 +126,11 @@ class HadoopRuntime:
         env = dict(os.environ, **self.env)
         if self.hadoop_home is not None and conf_dir:
             env["HADOOP_CONF_DIR"] = str(conf_dir)
-        if self.hadoop_home is not None and PROGRAMS[program].driver_name is None and PROGRAMS[program].jar:
-            env["HADOOP_CLASSPATH"] = ":".join(filter(None, [env.get("HADOOP_CLASSPATH"),
-                                                             self.share_jar(PROGRAMS[program].jar)]))
+        if self.hadoop_home is not None:
+            own = [self.share_jar(PROGRAMS[program].jar)] \
+                if PROGRAMS[program].driver_name is None and PROGRAMS[program].jar else []
+            if own or self.extra_jars:
+                env["HADOOP_CLASSPATH"] = ":".join(filter(None, [env.get("HADOOP_CLASSPATH"), *own, *self.extra_jars]))
         return env
 
     def share_jar(self, pattern: str) -> str:

@@ -14,7 +14,7 @@ import json
 import re
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from ...errors import HpcnetError
 from .. import JobRecord
@@ -31,8 +31,10 @@ class YarnError(HpcnetError, RuntimeError):
 @dataclass(frozen=True)
 class AppRecord(JobRecord):
     """YARN's own record: the targets' ``JobRecord`` fields (elapsedTime in ms, whole vcore-seconds and
-    MB-seconds as the RM aggregates them) and the application's name."""
+    MB-seconds as the RM aggregates them), the application's name and where the record was read
+    (``source``: "rest" or "cli")."""
     name: str = ""
+    source: str = ""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -93,7 +95,7 @@ def app_records(rt, app_ids: list[str], *, rm_web: str | None = None, conf_dir=N
         try:
             by_id = {a.id: a for a in rest_apps(rm_web)}
             if all(i in by_id for i in app_ids):
-                return [by_id[i] for i in app_ids]
+                return [replace(by_id[i], source="rest") for i in app_ids]
         except YarnError:
             pass
-    return [cli_app(rt, i, conf_dir) for i in app_ids]
+    return [replace(cli_app(rt, i, conf_dir), source="cli") for i in app_ids]
