@@ -88,6 +88,13 @@ class Claim:
     bound_from: str | None = None  # the [[override]] that set its bounds, if one did ("file: reason")
     fabric: str | None = None    # "latency" | "bandwidth": measure the fabric's ceiling beside it (pytest_hpcnet.fabric)
     params: Mapping | None = field(default=None, hash=False)  # which measurements of the metric it judges, e.g. {size = 64}
+    # the published run's size, e.g. {rows = 1000000000, nodes = 6}: measured below it, the verdict is
+    # reported and not enforced (a 10,000-row rehearsal says how the figures compare, never that the
+    # stack falls short of a 100 GB result)
+    scale: Mapping | None = field(default=None, hash=False)
+    # the published runs themselves, {baseline = [...], candidate = [...]} in the metric's unit, where the
+    # source printed each run (seed 002's YARN records): shown in the report beside ours
+    published_runs: Mapping | None = field(default=None, hash=False)
 
     def __post_init__(self):
         where = _where(self.file, self.id if isinstance(self.id, str) else None)
@@ -156,6 +163,25 @@ class Claim:
                     or not all(isinstance(k, str) for k in self.params):
                 bad(f"params must be a table of workload parameters, e.g. {{size = 64}}, got {self.params!r}")
             object.__setattr__(self, "params", dict(self.params))
+        if self.scale is not None:
+            if not isinstance(self.scale, Mapping) or not self.scale \
+                    or not all(isinstance(k, str) and _is_number(v) for k, v in self.scale.items()):
+                bad(f"scale must be a table of workload parameters and their published sizes, e.g. "
+                    f"{{rows = 1000000000, nodes = 6}}, got {self.scale!r}")
+            object.__setattr__(self, "scale", dict(self.scale))
+        if self.published_runs is not None:
+            runs = self.published_runs
+            if not isinstance(runs, Mapping) or set(runs) != {"baseline", "candidate"} or not all(
+                    isinstance(r, list) and r and all(map(_is_number, r)) for r in runs.values()):
+                bad(f"published_runs must be {{baseline = [...], candidate = [...]}}, lists of numbers, got {runs!r}")
+            object.__setattr__(self, "published_runs", {k: [float(x) for x in v] for k, v in runs.items()})
+
+    def below_scale(self, params: Mapping | None) -> str | None:
+        """What falls short of the claim's ``scale`` in a measurement's ``params`` ("rows 10000 <
+        1000000000"), or None at (or above) its scale and for a claim without one."""
+        short = [f"{k} {(params or {}).get(k, 'unknown')} < {v}" for k, v in (self.scale or {}).items()
+                 if not _is_number((params or {}).get(k)) or (params or {})[k] < v]
+        return ", ".join(short) or None
 
     @property
     def enforced(self) -> bool:
@@ -354,6 +380,7 @@ class Verdict:
     max: float | None = None
     published: tuple[float, float] | None = None
     params: dict | None = None
+    published_runs: dict | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -389,7 +416,7 @@ def claim_facts(claim: Claim) -> dict:
     """The claim's own words and names, carried on each of its verdicts for the record and the report."""
     return {"statement": claim.statement, "metric": claim.metric, "direction": claim.direction,
             "baseline": claim.baseline, "candidate": claim.candidate, "min": claim.min, "max": claim.max,
-            "published": claim.published,
+            "published": claim.published, "published_runs": claim.published_runs,
             "params": dict(claim.params) if claim.params else None, "bound_from": claim.bound_from}
 
 

@@ -21,7 +21,7 @@ from .cluster import load_cluster
 from .cluster.pool import Launchers
 from .measure import DEFAULT_ROUNDS, Measurement, Paired
 from .results import RunRecord, new_run_id, provenance
-from .targets import load_target, vocabulary_of
+from .targets import SHIPPED_CLAIM_TARGETS, load_target, shipped_vocabularies, vocabulary_of
 from .vocabulary import Vocabulary
 
 
@@ -134,10 +134,11 @@ class HpcnetSession:
         return self._workloads
 
     def _target_vocabularies(self) -> list:
-        """The reference's vocabulary (the shipped suites' claims use its names) and the run's target's,
-        if another: what configuration names claims may use."""
-        vocabularies = [vocabulary_of(load_target("reference"))]
-        if self.target.name != "reference":
+        """The reference's and Ozone's vocabularies (the shipped suites' claims use their names: seed
+        002's claims name Ozone's storage set-ups) and the run's target's, if another: what configuration
+        names claims may use."""
+        vocabularies = shipped_vocabularies()
+        if self.target.name not in SHIPPED_CLAIM_TARGETS:
             try:
                 vocabularies.append(vocabulary_of(self.target))
             except HpcnetError:   # e.g. an unreadable HPCNET_HADOOP_CONFIGS: its tests say so when run
@@ -319,6 +320,10 @@ class HpcnetSession:
             _, recorded = measured_pair(claim, self.measurements)
             verdict.reason += f" (judged at the end of the run from the samples {recorded.test or 'the run'} " \
                               "recorded)"
+            short = claim.below_scale(recorded.params)
+            if short:
+                verdict.enforced = False
+                verdict.reason += f"; reported, not enforced: below the published scale ({short})"
             out.append(verdict.to_json())
             self.late_verdicts.append(verdict)
         return out

@@ -119,6 +119,7 @@ class Vocabulary:
         self.keys: dict[str, set[str] | None] = {}
         self.words: set[str] = set()
         for vocab in targets:
+            self.words.add(vocab.target)       # measurements of several targets name theirs first
             for key, spec in vocab.keys.items():
                 if spec.values is None or self.keys.get(key, set()) is None:
                     self.keys[key] = None

@@ -143,6 +143,20 @@ def test_a_user_claim_failing_at_the_end_fails_the_run(pytester, run_hpcnet, tmp
     assert result.ret == pytest.ExitCode.OK
 
 
+def test_a_claim_measured_below_its_published_scale_is_reported_not_enforced(pytester, run_hpcnet, tmp_path):
+    """Seed 002's claims hold at 100 GB on 6 nodes: a small rehearsal shows the verdict, never fails on it."""
+    text = readme_claim() + "scale = {size = 1024}\n"
+    fields = dict(re.findall(r'^(metric|baseline|candidate) = "([^"]+)"', text, re.M))
+    markers = re.search(r"^markers = \[(.*)\]", text, re.M).group(1).replace('"', "").replace(" ", "")
+    (pytester.path / "mine.toml").write_text(text)
+    pytester.makepyfile(test_rtt=textwrap.dedent(RTT_TEST.format(factor=0.9, **fields)))
+    result = run_hpcnet("--hpcnet-claims=mine.toml", *(f"--hpcnet-assume={m}" for m in markers.split(",") if m))
+    assert result.ret == pytest.ExitCode.OK, "a FAIL below the claim's scale failed the run"
+    [verdict] = _records(tmp_path)[0]["verdicts"]
+    assert verdict["outcome"] == "fail" and verdict["enforced"] is False
+    assert "below the published scale (size 64 < 1024)" in verdict["reason"]
+
+
 def test_a_user_claim_nothing_measured_is_not_evaluated_with_the_reason(pytester, run_hpcnet, tmp_path):
     (pytester.path / "mine.toml").write_text(readme_claim())
     pytester.makepyfile(test_other="""

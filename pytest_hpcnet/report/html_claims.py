@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import html
 
+import numpy as np
+
 from .terminal import READING_ORDER, fmt_number, gate_text, reading_order
 
 JUDGED = ("fail", "warn", "pass")
@@ -43,7 +45,12 @@ def _published(v: dict) -> str:
     if not pub:
         return "-"
     lo, hi = pub
-    return f"{fmt_number(lo)}" if lo == hi else f"{fmt_number(lo)} .. {fmt_number(hi)}"
+    text = f"{fmt_number(lo)}" if lo == hi else f"{fmt_number(lo)} .. {fmt_number(hi)}"
+    runs = v.get("published_runs")
+    if runs:        # the source's own runs: their medians, side by side, as the claim compares them
+        text += "<br>" + " vs ".join(f"{side} median {fmt_number(float(np.median(runs[side])))} "
+                                     f"(n={len(runs[side])})" for side in ("candidate", "baseline"))
+    return text
 
 
 def _measured(v: dict) -> str:

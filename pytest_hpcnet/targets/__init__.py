@@ -225,6 +225,16 @@ def vocabulary_of(target):
     return declared() if callable(declared) else vocabulary_of_configurations(target.name, target.configurations())
 
 
+# The targets whose configuration names the shipped suites' claims use: the reference's, and Ozone's
+# storage set-ups in seed 002's crosscheck claims.
+SHIPPED_CLAIM_TARGETS = ("reference", "ozone")
+
+
+def shipped_vocabularies() -> list:
+    """The vocabularies of ``SHIPPED_CLAIM_TARGETS``: what every run's claims may name."""
+    return [vocabulary_of(load_target(name)) for name in SHIPPED_CLAIM_TARGETS]
+
+
 _REGISTRY = Registry("target", ENTRY_POINT_GROUP, ("configurations", "describe", "workloads"),
                      "pytest_hpcnet_targets hook")
 TARGETS = _REGISTRY.classes
@@ -244,3 +254,4 @@ def load_target(name: str, where: str | None = None) -> Target:
 
 from . import reference  # noqa: E402,F401  (registers itself)
 from . import hadoop  # noqa: E402,F401  (registers "hadoop")
+from . import ozone  # noqa: E402,F401  (registers "ozone")
