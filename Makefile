@@ -9,7 +9,7 @@ SUITES ?= suites
 TESTS  ?= tests suites
 PYTEST_ARGS ?=
 
-.PHONY: setup run test guest hadoop-target gates canary netns-suites fuzz clean asv-assets hadoop-jars
+.PHONY: setup run test guest hadoop-target gates canary netns-suites fuzz clean asv-assets hadoop-jars ozone-jars
 
 # The native core (native/: Rust + PyO3) is compiled into this package by setuptools-rust (setup.py;
 # pip fetches setuptools-rust from PyPI while building, crates come from crates.io). NATIVE=auto builds
@@ -61,12 +61,27 @@ $(HADOOP_JARS)/.fetched: targets/hadoop/pom.xml $(STAMP)
 	    || echo "hadoop-jars: mvn failed; the Hadoop tests will skip"; \
 	else echo "hadoop-jars: mvn or java missing; the Hadoop tests will skip"; fi
 
+# Apache Ozone's daemons and its ofs:// client (targets/ozone/pom.xml, a Maven module of its own so its
+# Hadoop does not mix with the Hadoop target's) into .cache/ozone: about 190 jars, 290 MB, 40 s the first
+# time. Without them the Ozone tests skip and say so.
+OZONE_JARS ?= $(CURDIR)/.cache/ozone
+ozone-jars: $(OZONE_JARS)/.fetched
+$(OZONE_JARS)/.fetched: targets/ozone/pom.xml $(STAMP)
+	@if command -v mvn >/dev/null 2>&1 && command -v java >/dev/null 2>&1; then \
+	    $(PY) -m pytest_hpcnet.maven -f targets/ozone/pom.xml dependency:copy-dependencies \
+	        -DoutputDirectory=$(OZONE_JARS) && touch $@ \
+	    || echo "ozone-jars: mvn failed; the Ozone tests will skip"; \
+	else echo "ozone-jars: mvn or java missing; the Ozone tests will skip"; fi
+
 # The conformance files are written against the target fixture; run once more with --hpcnet-target
 # hadoop (a session option), their tests drive Apache Hadoop's own programs (the tests that exercise the
 # reference directly skip there). Hence a second pytest (one process: one MiniCluster) after the first,
 # when the jars were fetched; HADOOP_TESTS= leaves it out. Each pytest writes its own run record (.hpcnet/<time>-<host>-<pid>.json).
 HADOOP_TESTS ?= suites/mapreduce/test_conformance.py suites/dfsio/test_conformance.py suites/rpc/test_conformance.py \
-                suites/crosscheck/test_crosscheck.py
+                suites/crosscheck/test_crosscheck.py $(OZONE_TESTS)
+# Seed 002 on separate HDFS, YARN and Ozone daemons across netns hosts (root only): JVMs waiting on jobs
+# like the Hadoop step, so it runs there, beside netns-suites, and not in the first pytest.
+OZONE_TESTS ?= suites/crosscheck/test_ozone.py
 # Four Hadoop jobs (~2 min) that the first pytest already runs on Hadoop through the same workload
 # (suites/crosscheck/test_hadoop.py: `hpcnet crosscheck --target hadoop --conf-dir`): not twice per CI.
 HADOOP_DESELECT ?= suites/crosscheck/test_crosscheck.py::test_crosscheck_interleaves_records_and_judges
@@ -84,8 +99,8 @@ GUEST_TESTS ?= tests/test_vm.py::test_verbs_suites_pass_in_the_soft_roce_guest
 # fails when any of these does. hadoop-target and netns-suites run side by side (the Hadoop log is
 # printed after): neither enforces a timing -- the Hadoop step is one MiniCluster waiting on its jobs,
 # the netns run reports its claims -- and together they take about as long as the Hadoop step alone.
-test: setup asv-assets hadoop-jars
-	@$(PY) -m pytest $(TESTS) -p no:cacheprovider -n 2 --dist loadfile $(addprefix --ignore=,$(GATE_TESTS)) \
+test: setup asv-assets hadoop-jars ozone-jars
+	@$(PY) -m pytest $(TESTS) -p no:cacheprovider -n 2 --dist loadfile $(addprefix --ignore=,$(GATE_TESTS) $(OZONE_TESTS)) \
 	    $(addprefix --deselect=,$(GUEST_TESTS)) $(PYTEST_ARGS); status=$$?; \
 	if [ $$status = 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
 	$(MAKE) --no-print-directory fuzz || status=1; \
@@ -102,7 +117,7 @@ guest: setup
 	@if [ -z "$(strip $(GUEST_TESTS))" ]; then echo "make guest: GUEST_TESTS is empty: no Soft-RoCE guest run"; \
 	else $(PY) -m pytest $(GUEST_TESTS) -p no:cacheprovider -rs $(PYTEST_ARGS); fi
 
-hadoop-target: setup hadoop-jars
+hadoop-target: setup hadoop-jars ozone-jars
 	@if [ -z "$(strip $(HADOOP_TESTS))" ]; then echo "make hadoop-target: HADOOP_TESTS is empty: no --hpcnet-target hadoop run"; \
 	elif [ ! -f $(HADOOP_JARS)/.fetched ]; then \
 	    echo "make hadoop-target: no $(HADOOP_JARS)/.fetched (see hadoop-jars above): the --hpcnet-target hadoop run is skipped"; \
@@ -124,6 +139,7 @@ netns-suites: setup
 	    echo "make netns-suites: skipped: netns clusters need root (euid 0) and iproute2's ip and tc"; exit 0; fi; \
 	rm -rf .hpcnet/netns; \
 	$(PY) -m pytest $(NETNS_SUITES) -p no:cacheprovider -n 2 --dist loadfile -q --hpcnet-cluster=netns:4 \
+	    $(addprefix --ignore=,$(OZONE_TESTS)) \
 	    --hpcnet-verdicts=report --hpcnet-report=.hpcnet/netns $(PYTEST_ARGS); status=$$?; \
 	if [ $$status = 5 ]; then echo "make netns-suites: pytest collected no tests" >&2; fi; \
 	$(PY) -m pytest_hpcnet.results check-nodes .hpcnet/netns 4 || status=1; exit $$status

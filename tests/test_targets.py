@@ -189,3 +189,51 @@ def pytest_hpcnet_targets():
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*pytest-hpcnet: *target name 'hadoop' is taken by "
                                  "pytest_hpcnet.targets.hadoop.target.HadoopTarget; refusing conftest.Clash*"])
+
+
+# -- the ozone target (its jobs run in suites/crosscheck/test_ozone.py, on netns hosts) ----------------
+
+def test_the_ozone_target_names_seed_002s_three_set_ups_and_refuses_others_in_one_line():
+    from pytest_hpcnet.targets.ozone.target import OzoneTarget
+    t = registry.load_target("ozone")
+    assert isinstance(t, OzoneTarget)
+    assert sorted(t.configurations()) == ["fs=hdfs", "fs=ozone,layout=FILE_PER_BLOCK", "fs=ozone,layout=FILE_PER_CHUNK"]
+    assert t.settings("fs=ozone") == {"fs": "ozone", "layout": "FILE_PER_BLOCK"}
+    assert t.settings("layout=FILE_PER_CHUNK,fs=ozone") == {"fs": "ozone", "layout": "FILE_PER_CHUNK"}
+    for bad, why in (("fs=ozone,layout=FILE_PER_BLK", "did you mean 'FILE_PER_BLOCK'"),
+                     ("fs=hdfs,layout=FILE_PER_BLOCK", "a layout is Ozone's"),
+                     ("fs=s3", "unknown fs 's3'")):
+        with pytest.raises(ConfigError, match=why) as info:
+            t.workloads(None, None, Path("/nonexistent")).check_config(bad)
+        assert "\n" not in str(info.value)
+
+
+def test_seed_002s_claims_refuse_an_unknown_layout_at_load(tmp_path):
+    from pytest_hpcnet.claims import load_claims
+    from pytest_hpcnet.vocabulary import Vocabulary
+    text = (REPO / "suites" / "crosscheck" / "claims.toml").read_text().replace(
+        "layout=FILE_PER_CHUNK", "layout=FILE_PER_CHUCK", 1)
+    (tmp_path / "claims.toml").write_text(text)
+    vocabulary = Vocabulary(targets=registry.shipped_vocabularies())
+    with pytest.raises(ConfigError, match="unknown layout 'FILE_PER_CHUCK'"):
+        for claim in load_claims([tmp_path / "claims.toml"]).values():      # as a run loads them
+            vocabulary.check_claim(claim)
+
+
+def test_the_ozone_target_without_its_jars_says_how_to_fetch_them(tmp_path):
+    from pytest_hpcnet.targets.hadoop.runtime import HadoopUnavailable
+    from pytest_hpcnet.targets.ozone.target import OzoneTarget
+    t = OzoneTarget(env={"HPCNET_OZONE_JARS": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    with pytest.raises(HadoopUnavailable, match="Ozone jars missing in .*make ozone-jars"):
+        t.runtime()
+    assert "make ozone-jars" in t.describe()["unavailable"]
+
+
+def test_a_client_jar_beside_hadoops_goes_on_the_classpath_and_into_hadoop_classpath(tmp_path):
+    from pytest_hpcnet.targets.hadoop.runtime import HadoopRuntime
+    rt = HadoopRuntime(java="/usr/bin/java", jar_dir=tmp_path, extra_jars=("/x/ozone-filesystem-hadoop3.jar",))
+    assert rt.classpath("/conf").split(":") == ["/conf", f"{tmp_path}/*", "/x/ozone-filesystem-hadoop3.jar"]
+    home = tmp_path / "home"
+    (home / "bin").mkdir(parents=True)
+    rt = HadoopRuntime(java="/usr/bin/java", hadoop_home=home, extra_jars=("/x/fs.jar",))
+    assert rt.program_env("teragen", "/conf")["HADOOP_CLASSPATH"].endswith("/x/fs.jar")

@@ -1,2 +1,3 @@
-"""Apache Ozone beside HDFS on separate daemons (issue 20, in progress): ``deployment`` starts HDFS, YARN
-and one Ozone per layout as JVMs of their own on a cluster's nodes. Not registered as a target yet."""
+"""Apache Ozone beside HDFS on separate Hadoop daemons (seed 002): the ``ozone`` target."""
+
+from . import target  # noqa: F401  (registers "ozone")

@@ -19,6 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from ..hadoop.jobs import run_program
 from ..hadoop.minicluster import SMALL_BOX, free_port, write_client_conf
 from ..hadoop.runtime import JAVA17_OPENS
 from .daemons import Daemon, DaemonError
@@ -213,6 +214,10 @@ class Deployment:
         """``ofs://<om>/<volume>/<bucket>`` of the Ozone deployment with ``layout``, started on first use."""
         if layout not in self.ozone:
             self.ozone[layout] = self._start_ozone(layout)
+            host, port = self.ozone[layout]["om"]
+            # the volume and its bucket, made through the ofs:// client as a user would
+            run_program(self.hadoop_rt, "fs", ["-mkdir", "-p", f"ofs://{host}:{port}/{VOLUME}/{BUCKET}"],
+                        conf_dir=self.conf_dir, timeout=self.start_timeout)
         host, port = self.ozone[layout]["om"]
         return f"ofs://{host}:{port}/{VOLUME}/{BUCKET}"
 
