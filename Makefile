@@ -49,29 +49,31 @@ run: setup
 asv-assets: setup
 	-@$(VENV)/bin/hpcnet asv-site fetch || echo "asv site assets unavailable: the asv browser check will skip"
 
-# The Hadoop target's jars (targets/hadoop/pom.xml) into .cache/hadoop; Maven resolves a relative
-# outputDirectory against the pom's folder, hence the absolute path. Without mvn/java the Hadoop tests skip.
-# pytest_hpcnet.maven runs mvn and says what it downloads (about 800 files, 120 MB: a minute the first time).
+# A Maven module's jars into a dir: $(call maven-jars,<pom>,<dir>,<make target>,<whose tests skip>).
+# Maven resolves a relative outputDirectory against the pom's folder, hence absolute dirs. Without
+# mvn/java, or when mvn fails, the tests that need the jars skip and say why. pytest_hpcnet.maven runs
+# mvn and says what it downloads.
+define maven-jars
+	@if command -v mvn >/dev/null 2>&1 && command -v java >/dev/null 2>&1; then \
+	    $(PY) -m pytest_hpcnet.maven -f $(1) dependency:copy-dependencies -DoutputDirectory=$(2) \
+	        && touch $(2)/.fetched || echo "$(3): mvn failed; the $(4) tests will skip"; \
+	else echo "$(3): mvn or java missing; the $(4) tests will skip"; fi
+endef
+
+# The Hadoop target's jars (targets/hadoop/pom.xml) into .cache/hadoop: about 800 files, 120 MB, a
+# minute the first time.
 HADOOP_JARS ?= $(CURDIR)/.cache/hadoop
 hadoop-jars: $(HADOOP_JARS)/.fetched
 $(HADOOP_JARS)/.fetched: targets/hadoop/pom.xml $(STAMP)
-	@if command -v mvn >/dev/null 2>&1 && command -v java >/dev/null 2>&1; then \
-	    $(PY) -m pytest_hpcnet.maven -f targets/hadoop/pom.xml dependency:copy-dependencies \
-	        -DoutputDirectory=$(HADOOP_JARS) && touch $@ \
-	    || echo "hadoop-jars: mvn failed; the Hadoop tests will skip"; \
-	else echo "hadoop-jars: mvn or java missing; the Hadoop tests will skip"; fi
+	$(call maven-jars,targets/hadoop/pom.xml,$(HADOOP_JARS),hadoop-jars,Hadoop)
 
 # Apache Ozone's daemons and its ofs:// client (targets/ozone/pom.xml, a Maven module of its own so its
 # Hadoop does not mix with the Hadoop target's) into .cache/ozone: about 190 jars, 290 MB, 40 s the first
-# time. Without them the Ozone tests skip and say so.
+# time.
 OZONE_JARS ?= $(CURDIR)/.cache/ozone
 ozone-jars: $(OZONE_JARS)/.fetched
 $(OZONE_JARS)/.fetched: targets/ozone/pom.xml $(STAMP)
-	@if command -v mvn >/dev/null 2>&1 && command -v java >/dev/null 2>&1; then \
-	    $(PY) -m pytest_hpcnet.maven -f targets/ozone/pom.xml dependency:copy-dependencies \
-	        -DoutputDirectory=$(OZONE_JARS) && touch $@ \
-	    || echo "ozone-jars: mvn failed; the Ozone tests will skip"; \
-	else echo "ozone-jars: mvn or java missing; the Ozone tests will skip"; fi
+	$(call maven-jars,targets/ozone/pom.xml,$(OZONE_JARS),ozone-jars,Ozone)
 
 # The conformance files are written against the target fixture; run once more with --hpcnet-target
 # hadoop (a session option), their tests drive Apache Hadoop's own programs (the tests that exercise the

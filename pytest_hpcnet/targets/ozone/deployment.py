@@ -131,13 +131,14 @@ class Deployment:
         env = {"JAVA_HOME": str(Path(self.hadoop_rt.java).resolve().parents[1]), "HADOOP_CONF_DIR": str(conf_dir)}
         return Daemon(name, node, argv, log=home / f"{name}.log", ready=ready, env=env)
 
-    @staticmethod
-    def _daemon_jars(jars: Path) -> list[str]:
-        """A daemon's jars: its jar dir without Ozone's shaded client file system, whose bundled copies
-        of Ratis and HDDS classes clash with the servers' own (NoSuchMethodError in SCM's --init)."""
+    def _daemon_jars(self, jars: Path) -> list[str]:
+        """A daemon's jars. Ozone's: its jar dir without Ozone's shaded client file system, whose bundled
+        copies of Ratis and HDDS classes clash with the servers' own (NoSuchMethodError in SCM's --init).
+        Hadoop's: its jar dir and the client jars (a NodeManager localizes a job's files from ofs://,
+        TeraSort's partition list, in a JVM with its own classpath)."""
         if any(Path(jars).glob("ozone-filesystem-hadoop3-*.jar")):
             return sorted(str(j) for j in Path(jars).glob("*.jar") if not j.name.startswith("ozone-filesystem-"))
-        return [f"{jars}/*"]
+        return [f"{jars}/*", *self.hadoop_rt.extra_jars]
 
     def _run(self, daemon: Daemon) -> Daemon:
         self.daemons.append(daemon)
