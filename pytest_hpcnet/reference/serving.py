@@ -99,11 +99,16 @@ class Server:
         self._wake_r, self._wake_w = socket.socketpair()
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._new: collections.deque = collections.deque()
+        self._serving, self._serving_lock = False, threading.Lock()
         self.served = 0
         self.refused_busy = 0
 
     # -- stage 0: accept ---------------------------------------------------------------------------
     def serve_forever(self) -> None:
+        with self._serving_lock:
+            if self._serving:   # two gate loops on one selector each take half a handshake's bytes
+                raise RuntimeError(f"{self.who}: serve_forever is already running")
+            self._serving = True
         gate = threading.Thread(target=self._gate_loop, name=f"{self.who}-gate", daemon=True)
         gate.start()
         try:

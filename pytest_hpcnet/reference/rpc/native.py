@@ -223,6 +223,8 @@ class NativeRpcServer:
         self.methods[name] = _Method(request_type, handler)
 
     def start(self) -> "NativeRpcServer":
+        if self._threads:
+            raise RuntimeError("this NativeRpcServer is already started (`with NativeRpcServer(...)` starts it)")
         for i in range(self._n_handlers):
             t = threading.Thread(target=self._handle, name=f"rpc-native-handler-{i}", daemon=True)
             t.start()

@@ -247,6 +247,8 @@ class RpcServer:
         self.methods[name] = Method(request_type, handler, inline)
 
     def start(self) -> "RpcServer":
+        if self._threads:   # a second listener and gate on one selector lose connections: refuse
+            raise RuntimeError("this RpcServer is already started (`with RpcServer(...)` starts it)")
         self._spawn(self._server.serve_forever, "listener")
         for i in range(self._n_handlers):
             self._spawn(self._handle, f"handler-{i}")
@@ -312,17 +314,19 @@ class RpcServer:
     def _read(self, sc: _ServerConnection) -> None:
         try:
             self._handshake(sc)
-            idle_until = time.monotonic() + self.idle_timeout
+            # the last packet's time, not a deadline: the idle rule reads ``idle_timeout`` when it looks,
+            # so a server whose limit is changed applies it to connections already open
+            last_packet = time.monotonic()
             while not self._stopping.is_set() and sc.open:
                 try:
                     packet = sc.conn.recv(timeout=READ_WAIT, max_length=self.max_data_length)
                 except TransportTimeout:
-                    if (time.monotonic() > idle_until and not sc.conn_busy()
+                    if (time.monotonic() - last_packet > self.idle_timeout and not sc.conn_busy()
                             and self.connections > self.idle_threshold):
                         sc.close(f"idle: no call for {self.idle_timeout:g}s with more than "
                                  f"{self.idle_threshold} connections open")
                     continue
-                idle_until = time.monotonic() + self.idle_timeout
+                last_packet = time.monotonic()
                 try:
                     self._dispatch(sc, packet.view)
                 finally:
