@@ -9,7 +9,7 @@ SUITES ?= suites
 TESTS  ?= tests suites
 PYTEST_ARGS ?=
 
-.PHONY: setup run test guest hadoop-target gates canary netns-suites fuzz clean asv-assets hadoop-jars ozone-jars
+.PHONY: setup run test guest hadoop-target ozone-target gates canary netns-suites fuzz clean asv-assets hadoop-jars ozone-jars
 
 # The native core (native/: Rust + PyO3) is compiled into this package by setuptools-rust (setup.py;
 # pip fetches setuptools-rust from PyPI while building, crates come from crates.io). NATIVE=auto builds
@@ -80,9 +80,9 @@ $(OZONE_JARS)/.fetched: targets/ozone/pom.xml $(STAMP)
 # reference directly skip there). Hence a second pytest (one process: one MiniCluster) after the first,
 # when the jars were fetched; HADOOP_TESTS= leaves it out. Each pytest writes its own run record (.hpcnet/<time>-<host>-<pid>.json).
 HADOOP_TESTS ?= suites/mapreduce/test_conformance.py suites/dfsio/test_conformance.py suites/rpc/test_conformance.py \
-                suites/crosscheck/test_crosscheck.py $(OZONE_TESTS)
+                suites/crosscheck/test_crosscheck.py
 # Seed 002 on separate HDFS, YARN and Ozone daemons across netns hosts (root only): JVMs waiting on jobs
-# like the Hadoop step, so it runs there, beside netns-suites, and not in the first pytest.
+# like the Hadoop step, so make test runs it beside that step and netns-suites, not in the first pytest.
 OZONE_TESTS ?= suites/crosscheck/test_ozone.py
 # Four Hadoop jobs (~2 min) that the first pytest already runs on Hadoop through the same workload
 # (suites/crosscheck/test_hadoop.py: `hpcnet crosscheck --target hadoop --conf-dir`): not twice per CI.
@@ -96,30 +96,39 @@ GUEST_TESTS ?= tests/test_vm.py::test_verbs_suites_pass_in_the_soft_roce_guest
 # The suites' local gates run after the other tests, alone on the machine: beside other tests their
 # timings would measure the neighbours. Then the canary: the same gates with a 20% regression injected
 # into each enforced gate's candidate; every such gate must FAIL (one that passes fails its test).
-# Before them: the native fuzz targets (fuzz), the Soft-RoCE guest (guest), the Hadoop target's checks
-# (hadoop-target) and the suites once more on netns:4 (four hosts on this box, netns-suites). make test
-# fails when any of these does. hadoop-target and netns-suites run side by side (the Hadoop log is
-# printed after): neither enforces a timing -- the Hadoop step is one MiniCluster waiting on its jobs,
-# the netns run reports its claims -- and together they take about as long as the Hadoop step alone.
+# Before them: the Soft-RoCE guest (guest), alone too; then, side by side, the Hadoop target's checks
+# (hadoop-target), seed 002 on Ozone (ozone-target), the suites once more on netns:4 (four hosts on
+# this box, netns-suites) and the native fuzz targets (fuzz) after it. None of these four enforces a
+# timing -- the Hadoop and Ozone steps are JVMs waiting on their jobs, the netns run reports its claims --
+# and together they take about as long as the Hadoop step alone (their logs are printed after).
+# make test fails when any step does; each step's time is printed as it ends.
 test: setup asv-assets hadoop-jars ozone-jars
-	@$(PY) -m pytest $(TESTS) -p no:cacheprovider -n 2 --dist loadfile $(addprefix --ignore=,$(GATE_TESTS) $(OZONE_TESTS)) \
+	@t0=$$(date +%s); took() { echo "make test: $$1 took $$(( $$(date +%s) - $$2 )) s"; }; \
+	$(PY) -m pytest $(TESTS) -p no:cacheprovider -n 2 --dist loadfile --durations=10 \
+	    $(addprefix --ignore=,$(GATE_TESTS) $(OZONE_TESTS)) \
 	    $(addprefix --deselect=,$(GUEST_TESTS)) $(PYTEST_ARGS); status=$$?; \
-	if [ $$status = 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
-	$(MAKE) --no-print-directory fuzz || status=1; \
-	$(MAKE) --no-print-directory guest || status=1; \
-	mkdir -p .hpcnet; \
-	( $(MAKE) --no-print-directory hadoop-target > .hpcnet/hadoop-target.log 2>&1; echo $$? > .hpcnet/hadoop-target.rc ) & \
-	$(MAKE) --no-print-directory netns-suites || status=1; \
-	wait; echo "--- make hadoop-target (ran beside netns-suites):"; cat .hpcnet/hadoop-target.log; \
-	[ "$$(cat .hpcnet/hadoop-target.rc 2>/dev/null)" = 0 ] || status=1; \
-	$(MAKE) --no-print-directory gates || status=1; \
-	$(MAKE) --no-print-directory canary || status=1; exit $$status
+	if [ $$status = 5 ]; then echo "make test: pytest collected no tests" >&2; fi; took "the first pytest" $$t0; \
+	t=$$(date +%s); $(MAKE) --no-print-directory guest || status=1; took guest $$t; \
+	mkdir -p .hpcnet; t=$$(date +%s); \
+	for step in hadoop-target ozone-target; do \
+	    ( $(MAKE) --no-print-directory $$step > .hpcnet/$$step.log 2>&1; echo $$? > .hpcnet/$$step.rc; \
+	      took $$step $$t >> .hpcnet/$$step.log ) & \
+	done; \
+	$(MAKE) --no-print-directory netns-suites || status=1; took netns-suites $$t; \
+	$(MAKE) --no-print-directory fuzz || status=1; took "netns-suites and fuzz" $$t; \
+	wait; for step in hadoop-target ozone-target; do \
+	    echo "--- make $$step (ran beside netns-suites):"; cat .hpcnet/$$step.log; \
+	    [ "$$(cat .hpcnet/$$step.rc 2>/dev/null)" = 0 ] || status=1; \
+	done; \
+	t=$$(date +%s); $(MAKE) --no-print-directory gates || status=1; took gates $$t; \
+	t=$$(date +%s); $(MAKE) --no-print-directory canary || status=1; took canary $$t; \
+	took "make test" $$t0; exit $$status
 
 guest: setup
 	@if [ -z "$(strip $(GUEST_TESTS))" ]; then echo "make guest: GUEST_TESTS is empty: no Soft-RoCE guest run"; \
 	else $(PY) -m pytest $(GUEST_TESTS) -p no:cacheprovider -rs $(PYTEST_ARGS); fi
 
-hadoop-target: setup hadoop-jars ozone-jars
+hadoop-target: setup hadoop-jars
 	@if [ -z "$(strip $(HADOOP_TESTS))" ]; then echo "make hadoop-target: HADOOP_TESTS is empty: no --hpcnet-target hadoop run"; \
 	elif [ ! -f $(HADOOP_JARS)/.fetched ]; then \
 	    echo "make hadoop-target: no $(HADOOP_JARS)/.fetched (see hadoop-jars above): the --hpcnet-target hadoop run is skipped"; \
@@ -129,6 +138,13 @@ hadoop-target: setup hadoop-jars ozone-jars
 	    if [ $$status = 5 ]; then echo "make hadoop-target: pytest --hpcnet-target hadoop collected no tests" >&2; fi; \
 	    exit $$status; \
 	fi
+
+# Seed 002's crosscheck on Ozone and HDFS daemons across netns:4 (suites/crosscheck/test_ozone.py):
+# needs root, Java and both jar dirs; the test says which is missing when it skips.
+ozone-target: setup hadoop-jars ozone-jars
+	@if [ -z "$(strip $(OZONE_TESTS))" ]; then echo "make ozone-target: OZONE_TESTS is empty: no Ozone run"; \
+	else $(PY) -m pytest $(OZONE_TESTS) -p no:cacheprovider -rs $(PYTEST_ARGS); status=$$?; \
+	    if [ $$status = 5 ]; then echo "make ozone-target: pytest collected no tests" >&2; fi; exit $$status; fi
 
 # Every suite on a netns:4 cluster: four hosts, each its own network namespace, address and work dir,
 # the controller on the bridge's port in the root namespace. Needs root (CI is); elsewhere it says why
