@@ -264,7 +264,8 @@ def test_idle_connections_close_only_above_the_idle_threshold(monkeypatch, thres
 
 def test_a_started_server_refuses_a_second_start():
     """``with RpcServer(...).start()`` used to start it twice: two gate loops on one selector, each
-    taking part of a handshake's bytes, so about one client in ten waited for its context forever."""
+    taking part of a handshake's bytes, so about one client in ten of a back-to-back pair was dropped
+    after the handshake timeout (and a gate that died on the shared table served nobody after it)."""
     with RpcServer() as srv:
         with pytest.raises(RuntimeError, match="already started"):
             srv.start()
