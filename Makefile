@@ -82,7 +82,7 @@ $(OZONE_JARS)/.fetched: targets/ozone/pom.xml $(STAMP)
 HADOOP_TESTS ?= suites/mapreduce/test_conformance.py suites/dfsio/test_conformance.py suites/rpc/test_conformance.py \
                 suites/crosscheck/test_crosscheck.py
 # Seed 002 on separate HDFS, YARN and Ozone daemons across netns hosts (root only): JVMs waiting on jobs
-# like the Hadoop step, so make test runs it beside that step and netns-suites, not in the first pytest.
+# like the Hadoop step, so make test runs it after netns-suites, beside the Hadoop step, not in the first pytest.
 OZONE_TESTS ?= suites/crosscheck/test_ozone.py
 # Four Hadoop jobs (~2 min) that the first pytest already runs on Hadoop through the same workload
 # (suites/crosscheck/test_hadoop.py: `hpcnet crosscheck --target hadoop --conf-dir`): not twice per CI.
