@@ -84,9 +84,13 @@ HADOOP_TESTS ?= suites/mapreduce/test_conformance.py suites/dfsio/test_conforman
 # Seed 002 on separate HDFS, YARN and Ozone daemons across netns hosts (root only): JVMs waiting on jobs
 # like the Hadoop step, so make test runs it after netns-suites, beside the Hadoop step, not in the first pytest.
 OZONE_TESTS ?= suites/crosscheck/test_ozone.py
-# Four Hadoop jobs (~2 min) that the first pytest already runs on Hadoop through the same workload
-# (suites/crosscheck/test_hadoop.py: `hpcnet crosscheck --target hadoop --conf-dir`): not twice per CI.
+# Four Hadoop jobs (~2 min) that this step runs on Hadoop through the same workload in
+# HADOOP_MINICLUSTER_TESTS (`hpcnet crosscheck --target hadoop --conf-dir`): not twice per CI.
 HADOOP_DESELECT ?= suites/crosscheck/test_crosscheck.py::test_crosscheck_interleaves_records_and_judges
+# Real Hadoop on one MiniCluster against the reference target (its TeraGen's bytes, TeraValidate of
+# our TeraSort, RPCCallBenchmark both ways, the crosscheck command): JVMs waiting on jobs, ~7 min in
+# one worker, so this step runs it after HADOOP_TESTS rather than the first pytest, which it held up.
+HADOOP_MINICLUSTER_TESTS ?= suites/crosscheck/test_hadoop.py
 
 # The Soft-RoCE guest (QEMU, two emulated CPUs) runs alone in its own step: beside another pytest worker
 # its emulated clock is halved and its budgets are missed. GUEST_TESTS= leaves it out.
@@ -106,7 +110,7 @@ GUEST_TESTS ?= tests/test_vm.py::test_verbs_suites_pass_in_the_soft_roce_guest
 test: setup asv-assets hadoop-jars ozone-jars
 	@t0=$$(date +%s); took() { echo "make test: $$1 took $$(( $$(date +%s) - $$2 )) s"; }; \
 	$(PY) -m pytest $(TESTS) -p no:cacheprovider -n 2 --dist loadfile --durations=10 \
-	    $(addprefix --ignore=,$(GATE_TESTS) $(OZONE_TESTS)) \
+	    $(addprefix --ignore=,$(GATE_TESTS) $(OZONE_TESTS) $(HADOOP_MINICLUSTER_TESTS)) \
 	    $(addprefix --deselect=,$(GUEST_TESTS)) $(PYTEST_ARGS); status=$$?; \
 	if [ $$status = 5 ]; then echo "make test: pytest collected no tests" >&2; fi; took "the first pytest" $$t0; \
 	t=$$(date +%s); $(MAKE) --no-print-directory fuzz || status=1; took fuzz $$t; \
@@ -134,6 +138,11 @@ hadoop-target: setup hadoop-jars
 	    $(PY) -m pytest $(HADOOP_TESTS) $(addprefix --deselect=,$(HADOOP_DESELECT)) -p no:cacheprovider \
 	        --hpcnet-target hadoop $(PYTEST_ARGS); status=$$?; \
 	    if [ $$status = 5 ]; then echo "make hadoop-target: pytest --hpcnet-target hadoop collected no tests" >&2; fi; \
+	    if [ -n "$(strip $(HADOOP_MINICLUSTER_TESTS))" ]; then \
+	        $(PY) -m pytest $(HADOOP_MINICLUSTER_TESTS) -p no:cacheprovider -rs $(PYTEST_ARGS); s=$$?; \
+	        if [ $$s = 5 ]; then echo "make hadoop-target: pytest $(HADOOP_MINICLUSTER_TESTS) collected no tests" >&2; fi; \
+	        [ $$status = 0 ] && status=$$s; \
+	    fi; \
 	    exit $$status; \
 	fi
 
@@ -148,14 +157,16 @@ ozone-target: setup hadoop-jars ozone-jars
 # the controller on the bridge's port in the root namespace. Needs root (CI is); elsewhere it says why
 # it skips. The run record must list 4 nodes with 4 different addresses. Records go to .hpcnet/netns.
 # Claims are reported, not enforced, here: this run shares the machine between two workers, and the
-# local gates are enforced where they are measured alone (make gates).
+# local gates are enforced where they are measured alone (make gates). The MiniCluster file is left
+# to hadoop-target: its Hadoop is one JVM on loopback whatever the cluster, and the reference side it
+# compares runs on netns:4 in the other suites here.
 NETNS_SUITES ?= $(SUITES)
 netns-suites: setup
 	@if [ "$$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then \
 	    echo "make netns-suites: skipped: netns clusters need root (euid 0) and iproute2's ip and tc"; exit 0; fi; \
 	rm -rf .hpcnet/netns; \
-	$(PY) -m pytest $(NETNS_SUITES) -p no:cacheprovider -n 2 --dist loadfile -q --hpcnet-cluster=netns:4 \
-	    $(addprefix --ignore=,$(OZONE_TESTS)) \
+	$(PY) -m pytest $(NETNS_SUITES) -p no:cacheprovider -n 2 --dist loadfile -q --durations=10 --hpcnet-cluster=netns:4 \
+	    $(addprefix --ignore=,$(OZONE_TESTS) $(HADOOP_MINICLUSTER_TESTS)) \
 	    --hpcnet-verdicts=report --hpcnet-report=.hpcnet/netns $(PYTEST_ARGS); status=$$?; \
 	if [ $$status = 5 ]; then echo "make netns-suites: pytest collected no tests" >&2; fi; \
 	$(PY) -m pytest_hpcnet.results check-nodes .hpcnet/netns 4 || status=1; exit $$status
