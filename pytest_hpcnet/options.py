@@ -183,13 +183,17 @@ def resolve(setting: Setting, cli_value, environ: dict | None = None, ini_value=
 
 
 def env_int(name: str, default: int, environ: dict | None = None) -> int:
-    """A whole number from environment variable ``name`` (how paper-scale tests take their sizes), or
-    ``default`` when it is unset; a bad value is a ConfigError naming the variable."""
+    """A positive whole number from environment variable ``name`` (how paper-scale tests take their
+    sizes and counts, none of which may be 0), or ``default`` when it is unset; a bad value is a
+    ConfigError naming the variable."""
     environ = os.environ if environ is None else environ
     text = environ.get(name)
     if text is None:
         return default
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         raise ConfigError(f"expected a whole number, got {text!r}", f"${name}") from None
+    if value < 1:
+        raise ConfigError(f"expected a positive whole number, got {text!r}", f"${name}")
+    return value

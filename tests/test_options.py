@@ -42,3 +42,6 @@ def test_env_int_names_the_variable_of_a_bad_value():
     assert env_int("HPCNET_X", 7, environ={"HPCNET_X": "12"}) == 12
     with pytest.raises(ConfigError, match=r"^\$HPCNET_X: expected a whole number, got '1e3'"):
         env_int("HPCNET_X", 7, environ={"HPCNET_X": "1e3"})
+    for bad in ("0", "-5"):     # a count or size of none would make an empty run, or a crash later
+        with pytest.raises(ConfigError, match=rf"^\$HPCNET_X: expected a positive whole number, got '{bad}'"):
+            env_int("HPCNET_X", 7, environ={"HPCNET_X": bad})
