@@ -112,11 +112,14 @@ def run_configs(engine: Engine, inp: Input, configs: list[str], *, rounds: int =
 
 # --- the reduce-side merge alone, native against Python (issue 17) ------------------------------------
 
-MERGE_METRIC = "mapreduce.terasort.merge.floor"   # per round, the fastest of MERGE_TRIES merges (s)
-MERGE_TRIES = 2
+MERGE_METRIC = "mapreduce.terasort.merge.floor"   # per round, the fastest of MERGE_TRIES merges (CPU s)
+MERGE_TRIES = 3
+# 400k records (40 MB in 16 runs): merges of 100k (2.5 ms native) moved by a sd of 0.09-0.13 (log) per
+# round on the 2-core box, merges of 400k (11 ms native, 42 ms numpy) by 0.03 (2026-12-04, 30 rounds)
+MERGE_RECORDS = 400_000
 
 
-def merge_input(records: int = 100_000, runs: int = 16, seed: int = 17) -> list:
+def merge_input(records: int = MERGE_RECORDS, runs: int = 16, seed: int = 17) -> list:
     """Key-sorted runs of random 100-byte records, as a reduce gets them from its maps."""
     import numpy as np
     from ..reference.mapreduce.records import sort_records
@@ -126,22 +129,30 @@ def merge_input(records: int = 100_000, runs: int = 16, seed: int = 17) -> list:
 
 
 def merge_timer(impl: str, runs: list):
-    """A call that merges ``runs`` the way ``impl``'s reduce does, output into fresh memory (numpy's
-    merge_runs; the core's merge_records_into a new buffer), and returns the fastest of MERGE_TRIES
-    tries in seconds: the merge's own cost, which the job time buries under fetch and write."""
+    """A call that merges ``runs`` the way ``impl``'s reduce does and returns the fastest of MERGE_TRIES
+    tries in this thread's CPU seconds: the merge's own cost, which the job time buries under fetch and
+    write (the core merges in the calling thread, GIL released). CPU time, since on a loaded 2-core box
+    a merge of 11-42 ms is preempted now and then: wall-clock rounds beside two busy loops scattered by
+    20-38% (log sd), CPU-time ones by 3-10%.
+
+    numpy's ``merge_runs`` concatenates, argsorts and gathers into arrays it allocates, as the Python
+    reduce does. The core merges into one output buffer, allocated and touched once here: its reduce
+    streams onto a file and allocates nothing per record. (A fresh output buffer per try, as before
+    2026-12-04, timed the page faults of 40 MB, which move with the box's memory state: the ratio was
+    0.38 with them and 0.26 without, and its rounds scattered half again as much.)"""
     import time
 
     import numpy as np
     from ..reference import native
     from ..reference.mapreduce.engine.worker import merge_runs
     flat = [r.reshape(-1) for r in runs]
-    total = sum(r.size for r in flat)
+    out = np.zeros(sum(r.size for r in flat), dtype=np.uint8) if impl == "native" else None
 
     def once() -> float:
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         if impl == "native":
-            native.core.merge_records_into(flat, np.empty(total, dtype=np.uint8))
+            native.core.merge_records_into(flat, out)
         else:
             merge_runs(runs)
-        return time.perf_counter() - t0
+        return time.thread_time() - t0
     return lambda: min(once() for _ in range(MERGE_TRIES))
