@@ -29,6 +29,7 @@ mod sendfile;
 mod server;
 mod shm;
 mod verbs;
+mod verbs_py;
 mod wire;
 
 use buffers::{BufferStats, Design};
@@ -379,5 +380,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     merge::register(m)?;
     map_sort::register(m)?;
     fetch::register(m)?;
+    verbs_py::register(m)?;
     Ok(())
 }

@@ -199,12 +199,22 @@ fn accept(id: *mut c_void) -> io::Result<VerbsEnd> {
     Ok(end)
 }
 
+impl VerbsListener {
+    /// Stops listening (new connection requests are refused) but keeps the event channel, which
+    /// accepted ends still alive need until they are destroyed.
+    pub fn stop_listening(&mut self) {
+        if !self.id.is_null() {
+            // SAFETY: our listening id, destroyed once
+            unsafe { ffi::hv_id_destroy(self.id) };
+            self.id = std::ptr::null_mut();
+        }
+    }
+}
+
 impl Drop for VerbsListener {
     fn drop(&mut self) {
-        // SAFETY: ours; the server closed every child end first
-        unsafe {
-            ffi::hv_id_destroy(self.id);
-            ffi::hv_channel_destroy(self.ch);
-        }
+        self.stop_listening();
+        // SAFETY: ours; every child end was closed first
+        unsafe { ffi::hv_channel_destroy(self.ch) };
     }
 }

@@ -1,6 +1,6 @@
 //! One native verbs connection: the byte stream over eager slots and rendezvous, with credits.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::c_void;
 use std::io;
 use std::os::fd::RawFd;
@@ -102,6 +102,8 @@ struct State {
     closed: bool,
     answers_hello: bool, // the accepting side answers the client's HELLO with its own
     last_activity: Instant,
+    one_sided_done: HashSet<u64>, // completed one-sided READ/WRITEs (`post_one_sided`), until taken
+    next_one_sided: u64,
 }
 
 unsafe impl Send for State {}
@@ -159,7 +161,8 @@ impl VerbsEnd {
                 ep, recv, send, credit, free_send: (0..SEND_SLOTS).rev().collect(), sent: 0, peer_reposted: 0,
                 reposted: 0, reported: 0, sq_used: 0, rx: VecDeque::new(), staging: HashMap::new(), next_tag: 1,
                 next_rdma: RDMA_BASE, control: VecDeque::new(), peer_credit: None, error: None, closed: false,
-                answers_hello, last_activity: Instant::now(),
+                answers_hello, last_activity: Instant::now(), one_sided_done: HashSet::new(),
+                next_one_sided: ONE_SIDED_BASE,
             }),
             comp_fd, cm_id, channel, cm_fd, peer, waiters: AtomicUsize::new(0),
         })
@@ -351,6 +354,53 @@ impl VerbsEnd {
                           name.trim_start_matches("RDMA_CM_EVENT_")));
     }
 
+    /// Registers `len` bytes of memory at `addr` with this connection's protection domain (the caller's
+    /// memory: it must stay valid until `dereg`, which the caller does before `close`).
+    pub fn reg(&self, addr: *mut u8, len: usize, access: i32) -> io::Result<Mr> {
+        let st = self.st.lock().unwrap();
+        st.check()?;
+        let mut mr = Mr { mr: std::ptr::null_mut(), lkey: 0, rkey: 0 };
+        // SAFETY: the caller keeps [addr, addr + len) valid while registered; live endpoint
+        if unsafe { ffi::hv_reg(st.ep, addr as *mut c_void, len.max(1), access, &mut mr) } != 0 {
+            return Err(os_err(&format!("registering {len} bytes failed")));
+        }
+        Ok(mr)
+    }
+
+    /// Deregisters what `reg` registered (before `close`: the protection domain goes with the QP).
+    pub fn dereg(&self, mr: &Mr) {
+        let _st = self.st.lock().unwrap();
+        // SAFETY: an MR of this (still open) endpoint, deregistered once
+        unsafe { ffi::hv_dereg(mr.mr) };
+    }
+
+    /// Posts a one-sided RDMA READ (`read`) or WRITE between registered local memory and the peer's
+    /// (address, rkey): its id for `one_sided_done`, or WouldBlock while the send queue is full.
+    pub fn post_one_sided(&self, read: bool, addr: u64, len: usize, lkey: u32, raddr: u64, rkey: u32)
+                          -> io::Result<u64> {
+        let mut st = self.st.lock().unwrap();
+        st.progress(&self.peer);
+        st.check()?;
+        if st.sq_used >= SEND_DEPTH {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let wid = st.next_one_sided;
+        st.next_one_sided += 1;
+        st.post(wid, if read { 2 } else { 1 }, addr, len, lkey, raddr, rkey)?;
+        Ok(wid)
+    }
+
+    /// Whether the one-sided operation `wid` has completed (an error if the connection failed).
+    pub fn one_sided_done(&self, wid: u64) -> io::Result<bool> {
+        let mut st = self.st.lock().unwrap();
+        st.progress(&self.peer);
+        if st.one_sided_done.remove(&wid) {
+            return Ok(true);
+        }
+        st.check()?;
+        Ok(false)
+    }
+
     /// Tells the peer (CLOSE, best effort), then frees the QP, memory and cm id. Idempotent.
     pub fn close(&self) {
         let mut st = self.st.lock().unwrap();
@@ -539,6 +589,10 @@ impl State {
 
     /// A rendezvous READ completed: its bytes can be read, and the peer gets FIN for its staging.
     fn landed(&mut self, wid: u64) {
+        if wid >= ONE_SIDED_BASE {
+            self.one_sided_done.insert(wid);
+            return;
+        }
         for r in self.rx.iter_mut() {
             if let Rx::Landing { wr_id, tag, ready, .. } = r {
                 if *wr_id == wid {

@@ -9,6 +9,7 @@
 //! the completion channel's descriptor, the blocking client in `wait`.
 
 pub mod cm;
+pub mod conn;
 pub mod end;
 pub mod ffi;
 pub mod floor;
@@ -34,6 +35,7 @@ pub const CREDIT_BATCH: u64 = (RECV_DEPTH / 4) as u64;
 pub const SEND_BASE: u64 = 1 << 16;
 pub const RDMA_BASE: u64 = 1 << 32;
 pub const CREDIT_WR: u64 = 1 << 48;
+pub const ONE_SIDED_BASE: u64 = 1 << 40; // put/get work requests (below CREDIT_WR, far above rendezvous READs)
 pub const QP_TIMEOUT: i32 = 16;
 pub const RETRY: i32 = 6;
 pub const MAX_RENDEZVOUS: u64 = 128 * 1024 * 1024;

@@ -47,7 +47,8 @@ from __future__ import annotations
 # The package's modules, bottom up: ``wire`` (message format and sizing), ``loader`` (pyverbs and this
 # machine's RDMA address: can verbs run here?), ``events`` (waiting on the descriptors pyverbs hides;
 # rdma_cm events), ``memory`` (the process's devices and pool of registered regions), ``connection``
-# (one connection: eager/rendezvous, credits, put/get), ``transport`` (listen/accept/connect).
+# (one connection: eager/rendezvous, credits, put/get), ``transport`` (listen/accept/connect). Beside
+# them ``native``: the same interface over the native core's verbs end, imported where it is used.
 from .connection import VerbsConnection, VerbsRegion
 from .loader import (VerbsUnavailable, gid_ipv4_addresses, load_pyverbs, looks_usable,
                      rdma_host, unavailable_reason)
