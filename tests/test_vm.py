@@ -343,6 +343,11 @@ def test_verbs_suites_pass_in_the_soft_roce_guest(tmp_path, measure):
                 for pair in ("native", "python-server+native-client", "native-server+python-client")} <= passed
         assert {f"test_echo_and_ping_eager_and_rendezvous_sizes[pooled-{pair}]"
                 for pair in ("native", "native-client", "native-server")} <= passed
+        # the native verbs end as a transport, and the shuffle over it, against pyverbs both ways
+        assert {f"test_native_verbs_one_sided_get_and_put_both_ways[{pair}]"
+                for pair in ("native-native", "native-pyverbs", "pyverbs-native")} <= passed
+        assert {"test_native_and_pyverbs_shuffle_ends_fetch_from_each_other",
+                "test_terasort_over_native_and_pyverbs_shuffle_ends_writes_the_same_bytes"} <= passed
 
     records = sorted((run.results / "report").glob("*.json"))
     assert records, "the guest's run record did not come back"

@@ -14,7 +14,12 @@ the segment's size, and the reducer ``get``s the bytes itself -- the RDMA-READ s
 one copy on each side instead of streaming through the message ring. Each connection has one region,
 reused (and grown) for its next replies, since setting up and mapping fresh shared memory per segment
 costs more than the copy; the reducer asks again only after reading, and the region goes with the
-connection. It only
+connection.
+
+Over ``verbs`` a worker with ``impl=native`` serves and fetches through the native core's verbs end
+(``transport/verbs/native.py``) where it can run, else through pyverbs: the same protocol, so either
+kind of reducer fetches from either kind of server. The native reducer READs each segment straight
+into its landing buffer (``get_into``); the pyverbs one READs into a bounce buffer and copies. It only
 reads map output under its own roots (no ``..``, no absolute paths), and a bad request gets an error
 reply while the server keeps serving everyone else.
 """
@@ -151,6 +156,16 @@ def _open_nofollow(path: Path):
 
 # -- the server ----------------------------------------------------------------------------------------
 
+def _transport(transport: str, impl: str):
+    """The transport a worker of ``impl`` uses: over verbs, the native end for ``native`` where it can
+    run (else pyverbs, as for ``python``)."""
+    if transport == "verbs" and impl == "native":
+        from ...transport.verbs import native as native_verbs
+        if native_verbs.unavailable() is None:
+            return native_verbs.NativeVerbsTransport()
+    return get_transport(transport)
+
+
 class ShuffleServer:
     """Serves map output segments over one transport to authenticated reducers (``serving.Server``)."""
 
@@ -161,7 +176,9 @@ class ShuffleServer:
         impl = native.resolve_impl(impl, "shuffle server impl")
         self.sendfile = impl == "native" and transport == "tcp"
         self.roots = {k: Path(v) for k, v in roots.items()}
-        self._listener = get_transport(transport).listen(host, 0)
+        transport_impl = _transport(transport, impl)
+        self.native_verbs = type(transport_impl).__name__ == "NativeVerbsTransport"
+        self._listener = transport_impl.listen(host, 0)
         self.address = tuple(self._listener.address)
         self._stop = threading.Event()
         self._regions: set = set()     # live one-sided regions, closed with the server
@@ -246,25 +263,25 @@ class ShuffleServer:
 
 # -- the client ----------------------------------------------------------------------------------------
 
-_idle: dict[tuple, list] = {}      # (transport, address) -> [(connection, when it went idle)]
+_idle: dict[tuple, list] = {}      # (transport, impl, address) -> [(connection, when it went idle)]
 _idle_lock = threading.Lock()
 IDLE_SECONDS = 2.0
 
 
-def _checkout(transport: str, address, timeout: float):
+def _checkout(transport: str, address, timeout: float, impl: str = "python"):
     """A connection to a shuffle server: an idle one kept from an earlier fetch, or a new one. Reusing
     connections across reduce tasks saves the connect (and shm's ring set-up) and lets the server reuse
     its one-sided region."""
-    key = (transport, tuple(address))
+    key = (transport, impl, tuple(address))
     with _idle_lock:
         if _idle.get(key):
             return _idle[key].pop()[0]
-    return auth.connect(get_transport(transport), address, timeout=timeout)
+    return auth.connect(_transport(transport, impl), address, timeout=timeout)
 
 
-def _checkin(transport: str, address, conn) -> None:
+def _checkin(transport: str, address, conn, impl: str = "python") -> None:
     with _idle_lock:
-        _idle.setdefault((transport, tuple(address)), []).append((conn, time.monotonic()))
+        _idle.setdefault((transport, impl, tuple(address)), []).append((conn, time.monotonic()))
 
 
 def close_idle(older_than: float = IDLE_SECONDS) -> int:
@@ -288,7 +305,7 @@ def fetch_from(transport: str, address, node: str, requests: list[dict], timeout
     or corrupt. Over tcp with ``impl="native"`` and ``into``, the compiled core does each exchange
     (request out, segment straight into its view, GIL released)."""
     try:
-        conn = _checkout(transport, address, timeout)
+        conn = _checkout(transport, address, timeout, impl)
     except TransportError as e:
         raise FetchError(f"cannot reach the shuffle server of {node} at {address}: {e}", node) from None
     out = []
@@ -330,12 +347,12 @@ def fetch_from(transport: str, address, node: str, requests: list[dict], timeout
         raise FetchError(f"fetching from {node} failed: {e}", node) from None
     except FetchError:
         if not conn.closed:                     # the server answered (or we refused its answer): in step
-            _checkin(transport, address, conn)
+            _checkin(transport, address, conn, impl)
         raise
     except BaseException:
         conn.close()
         raise
-    _checkin(transport, address, conn)
+    _checkin(transport, address, conn, impl)
     return None if into is not None else out
 
 
@@ -433,7 +450,7 @@ def fetch_segments(sources: list[dict], reduce: int, transport: str, roots: dict
         if views is not None:
             fetch_from(transport, address, node, reqs, into=[views[i] for i in wanted], impl=impl)
             return
-        for i, seg in zip(wanted, fetch_from(transport, address, node, reqs)):
+        for i, seg in zip(wanted, fetch_from(transport, address, node, reqs, impl=impl)):
             data[i] = seg
 
     if by_server:

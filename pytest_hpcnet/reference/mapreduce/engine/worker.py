@@ -118,7 +118,8 @@ class Worker:
                  impl: str | None = None):
         self.node = node
         # native: TeraSort's map sorts and spills, and its reduce fetches (tcp) and merges, in the compiled
-        # core, and the tcp server sends by sendfile; python: the numpy path, the same bytes out
+        # core, and the tcp server sends by sendfile, and the verbs shuffle goes through the core's verbs
+        # end (serving and fetching, where it can run); python: the numpy path and pyverbs, the same bytes out
         self.impl = native.resolve_impl(impl, "mapreduce worker impl")
         self.reduce_buffer = KeptBuffer()     # where each reduce's segments land, reused by the next
         self.roots = {"local": Path(workdir)}
@@ -144,6 +145,8 @@ class Worker:
                 out["tcp"][net] = list(server.address)
             else:
                 out[transport] = list(server.address)
+            if transport == "verbs":   # which end serves (native with impl=native where it can run)
+                out["verbs_end"] = "native" if server.native_verbs else "pyverbs"
         if self.verbs_unavailable:
             out["verbs_unavailable"] = f"{self.node}: {self.verbs_unavailable}"
         return out
