@@ -112,11 +112,12 @@ def run_configs(engine: Engine, inp: Input, configs: list[str], *, rounds: int =
 
 # --- the reduce-side merge alone, native against Python (issue 17) ------------------------------------
 
-MERGE_METRIC = "mapreduce.terasort.merge.floor"   # per round, the fastest of MERGE_TRIES merges (CPU s)
+MERGE_METRIC = "mapreduce.terasort.merge.floor"   # per round, each side's cheapest of MERGE_TRIES merges (CPU s)
 MERGE_TRIES = 3
 # 400k records (40 MB in 16 runs): merges of 100k (2.5 ms native) moved by a sd of 0.09-0.13 (log) per
 # round on the 2-core box, merges of 400k (11 ms native, 42 ms numpy) by 0.03 (2026-12-04, 30 rounds)
 MERGE_RECORDS = 400_000
+MERGE_PROCESSES = 6
 
 
 def merge_input(records: int = MERGE_RECORDS, runs: int = 16, seed: int = 17) -> list:
@@ -128,18 +129,18 @@ def merge_input(records: int = MERGE_RECORDS, runs: int = 16, seed: int = 17) ->
     return [np.ascontiguousarray(sort_records(part)) for part in np.array_split(data, runs)]
 
 
-def merge_timer(impl: str, runs: list):
-    """A call that merges ``runs`` the way ``impl``'s reduce does and returns the fastest of MERGE_TRIES
-    tries in this thread's CPU seconds: the merge's own cost, which the job time buries under fetch and
-    write (the core merges in the calling thread, GIL released). CPU time, since on a loaded 2-core box
-    a merge of 11-42 ms is preempted now and then: wall-clock rounds beside two busy loops scattered by
-    20-38% (log sd), CPU-time ones by 3-10%.
+def merge_once(impl: str, runs: list):
+    """A call that merges ``runs`` once the way ``impl``'s reduce does and returns the merge's cost in
+    this thread's CPU seconds: its own work, which the job time buries under fetch and write (the core
+    merges in the calling thread, GIL released). CPU time, since on a loaded 2-core box a merge of
+    11-42 ms is preempted now and then: wall-clock rounds beside two busy loops scattered by 20-38%
+    (log sd), CPU-time ones by 3-10%.
 
     numpy's ``merge_runs`` concatenates, argsorts and gathers into arrays it allocates, as the Python
     reduce does. The core merges into one output buffer, allocated and touched once here: its reduce
-    streams onto a file and allocates nothing per record. (A fresh output buffer per try, as before
-    2026-12-04, timed the page faults of 40 MB, which move with the box's memory state: the ratio was
-    0.38 with them and 0.26 without, and its rounds scattered half again as much.)"""
+    streams onto a file and allocates nothing per record. (A fresh output buffer per merge, as before
+    2026-12-04, timed the page faults of 40 MB, which move with the process's memory state: the ratio
+    was 0.38 with them and 0.26 without, and its rounds scattered half again as much.)"""
     import time
 
     import numpy as np
@@ -155,4 +156,50 @@ def merge_timer(impl: str, runs: list):
         else:
             merge_runs(runs)
         return time.thread_time() - t0
+    return once
+
+
+def merge_timer(impl: str, runs: list):
+    """``merge_once``'s call, made MERGE_TRIES times: the cheapest (for paired rounds in one process)."""
+    once = merge_once(impl, runs)
     return lambda: min(once() for _ in range(MERGE_TRIES))
+
+
+def interleaved_merge_cost(*, rounds: int, processes: int = MERGE_PROCESSES, records: int = MERGE_RECORDS):
+    """Paired rounds of numpy's merge (baseline ``impl=python``) and the core's (``impl=native``) on the
+    same runs: per round, each side's cheapest of MERGE_TRIES merges taken in turns (A B, B A, ...), in
+    CPU seconds; the rounds are spread over ``processes`` fresh processes, one after the other.
+
+    Why fresh processes: what numpy's allocations cost depends on the state of the process's heap. The
+    same merges measured 0.262-0.266 native/numpy in fresh pytest processes and 0.281 at the end of a
+    pytest process that had run the suites' other performance tests first. ``more`` takes further
+    rounds in new processes (for the claim's adaptive rounds)."""
+    import multiprocessing
+
+    from ..measure import Paired, shares
+    context = multiprocessing.get_context("spawn")
+    base: list[float] = []
+    cand: list[float] = []
+
+    def more(n: int) -> tuple[list[float], list[float]]:
+        for count in shares(n, processes):
+            with context.Pool(1) as pool:
+                pairs = pool.apply(_merge_rounds, (count, records, len(base)))
+            for b, c in pairs:
+                base.append(b)
+                cand.append(c)
+        return list(base), list(cand)
+
+    more(rounds)
+    return Paired("impl=python", "impl=native", list(base), list(cand), metric=MERGE_METRIC, more=more)
+
+
+def _merge_rounds(rounds: int, records: int, start: int) -> list[tuple[float, float]]:
+    """``rounds`` paired rounds in this process (see ``interleaved_merge_cost``), after one warm-up merge
+    of each side."""
+    from ..measure import floor_round
+    runs = merge_input(records)
+    numpy_side, native_side = merge_once("python", runs), merge_once("native", runs)
+    numpy_side()
+    native_side()
+    return [floor_round(numpy_side, native_side, MERGE_TRIES, r) for r in range(start, start + rounds)]

@@ -59,20 +59,18 @@ def test_local_claims(engine, inputs, shared_dir, measure, claim, job, baseline,
 
 def test_native_merge_cost(measure, claim):
     """The reduce's merge alone, the compiled core's against numpy's, on the same runs (400k records in
-    16 runs), taking turns round by round in this process, in this thread's CPU seconds: the design
-    effect of the native merge, an enforced gate (`make canary` injects 20% into it)."""
+    16 runs), taking turns merge by merge in fresh processes, in CPU seconds (see
+    ``wm.interleaved_merge_cost``): the design effect of the native merge, an enforced gate (`make
+    canary` injects 20% into it)."""
     if not native.AVAILABLE:
         claim(MERGE_CLAIM, None, unavailable=native.WHY_NOT)
-    runs = wm.merge_input()
-    paired = measure.paired(("impl=python", wm.merge_timer("python", runs)),
-                            ("impl=native", wm.merge_timer("native", runs)),
-                            rounds=MERGE_ROUNDS, warmup=1, metric=wm.MERGE_METRIC)
+    paired = wm.interleaved_merge_cost(rounds=MERGE_ROUNDS)
     try:
         claim(MERGE_CLAIM, paired)
     finally:
         measure.record(*(measurement(wm.MERGE_METRIC, samples, unit="s", direction="lower", config=name,
                                      nodes=("test-process",),
-                                     params={"records": sum(len(r) for r in runs), "runs": len(runs),
+                                     params={"records": wm.MERGE_RECORDS, "runs": 16, "processes": wm.MERGE_PROCESSES,
                                              "per_round": f"min of {wm.MERGE_TRIES}", "clock": "thread CPU time"})
                          for name, samples in ((paired.baseline_name, paired.baseline),
                                                (paired.candidate_name, paired.candidate))))
