@@ -188,6 +188,33 @@ def shares(rounds: int, parts: int) -> list[int]:
     return [s for s in (rounds // parts + (i < rounds % parts) for i in range(parts)) if s]
 
 
+def paired_in_processes(take: Callable[..., list[tuple[float, float]]], args: tuple, *, rounds: int,
+                        processes: int, baseline_name: str, candidate_name: str, metric: str) -> Paired:
+    """Paired rounds taken in ``processes`` fresh processes, one after the other, in equal shares:
+    ``take(start, count, *args)`` runs ``count`` rounds (numbered from ``start``) in a spawned process
+    and returns their (baseline, candidate) pairs; it must be importable by name. ``more`` takes
+    further rounds the same way.
+
+    Why fresh processes: some costs are a state of the process, kept for its life -- where its memory
+    landed, what its heap has grown to -- so rounds from one process are one draw of that state."""
+    import multiprocessing
+    context = multiprocessing.get_context("spawn")
+    base: list[float] = []
+    cand: list[float] = []
+
+    def more(n: int) -> tuple[list[float], list[float]]:
+        for count in shares(n, processes):
+            with context.Pool(1) as pool:
+                pairs = pool.apply(take, (len(base), count, *args))
+            for b, c in pairs:
+                base.append(b)
+                cand.append(c)
+        return list(base), list(cand)
+
+    more(rounds)
+    return Paired(baseline_name, candidate_name, list(base), list(cand), metric=metric, more=more)
+
+
 @contextlib.contextmanager
 def on_one_core() -> Iterator[int | None]:
     """Runs the calling thread, and every thread it starts meanwhile, on one CPU; yields that CPU.

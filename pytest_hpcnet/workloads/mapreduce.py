@@ -174,27 +174,12 @@ def interleaved_merge_cost(*, rounds: int, processes: int = MERGE_PROCESSES, rec
     same merges measured 0.262-0.266 native/numpy in fresh pytest processes and 0.281 at the end of a
     pytest process that had run the suites' other performance tests first. ``more`` takes further
     rounds in new processes (for the claim's adaptive rounds)."""
-    import multiprocessing
-
-    from ..measure import Paired, shares
-    context = multiprocessing.get_context("spawn")
-    base: list[float] = []
-    cand: list[float] = []
-
-    def more(n: int) -> tuple[list[float], list[float]]:
-        for count in shares(n, processes):
-            with context.Pool(1) as pool:
-                pairs = pool.apply(_merge_rounds, (count, records, len(base)))
-            for b, c in pairs:
-                base.append(b)
-                cand.append(c)
-        return list(base), list(cand)
-
-    more(rounds)
-    return Paired("impl=python", "impl=native", list(base), list(cand), metric=MERGE_METRIC, more=more)
+    from ..measure import paired_in_processes
+    return paired_in_processes(_merge_rounds, (records,), rounds=rounds, processes=processes,
+                               baseline_name="impl=python", candidate_name="impl=native", metric=MERGE_METRIC)
 
 
-def _merge_rounds(rounds: int, records: int, start: int) -> list[tuple[float, float]]:
+def _merge_rounds(start: int, rounds: int, records: int) -> list[tuple[float, float]]:
     """``rounds`` paired rounds in this process (see ``interleaved_merge_cost``), after one warm-up merge
     of each side."""
     from ..measure import floor_round

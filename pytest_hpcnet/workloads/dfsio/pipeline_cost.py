@@ -14,11 +14,10 @@ system calls and interpreter steps each packet takes.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import time
 
-from ...measure import Paired, floor_round, shares
+from ...measure import Paired, floor_round, paired_in_processes
 from ...reference.dfs import checksums
 from ...reference.dfs.client import DfsClient
 
@@ -72,26 +71,12 @@ def interleaved_checksum_cost(baseline: tuple[str, str], candidate: tuple[str, s
       buffer each round too): a state of the process (where its memory and threads landed), not of
       the moment. Spreading the rounds over processes keeps one such process from deciding a verdict.
     """
-    context = multiprocessing.get_context("spawn")
-    sides = (baseline, candidate)
-    base: list[float] = []
-    cand: list[float] = []
-
-    def more(n: int) -> tuple[list[float], list[float]]:
-        for count in shares(n, processes):
-            with context.Pool(1) as pool:
-                pairs = pool.apply(_checksum_rounds, (sides, len(base), count, size, passes))
-            for b, c in pairs:
-                base.append(b)
-                cand.append(c)
-        return list(base), list(cand)
-
-    more(rounds)
-    return Paired(checksum_config(*baseline), checksum_config(*candidate), list(base), list(cand),
-                  metric=CHECKSUM_METRIC, more=more)
+    return paired_in_processes(_checksum_rounds, ((baseline, candidate), size, passes), rounds=rounds,
+                               processes=processes, baseline_name=checksum_config(*baseline),
+                               candidate_name=checksum_config(*candidate), metric=CHECKSUM_METRIC)
 
 
-def _checksum_rounds(sides, first: int, rounds: int, size: int, passes: int) -> list[tuple[float, float]]:
+def _checksum_rounds(first: int, rounds: int, sides, size: int, passes: int) -> list[tuple[float, float]]:
     """``rounds`` paired rounds in this process (see ``interleaved_checksum_cost``)."""
     data = memoryview(os.urandom(size))
     kib = size / 1024
