@@ -177,7 +177,7 @@ class ShuffleServer:
         self.sendfile = impl == "native" and transport == "tcp"
         self.roots = {k: Path(v) for k, v in roots.items()}
         transport_impl = _transport(transport, impl)
-        self.native_verbs = type(transport_impl).__name__ == "NativeVerbsTransport"
+        self.native_verbs = getattr(transport_impl, "native", False)   # the worker reports which end serves
         self._listener = transport_impl.listen(host, 0)
         self.address = tuple(self._listener.address)
         self._stop = threading.Event()
@@ -303,7 +303,8 @@ def fetch_from(transport: str, address, node: str, requests: list[dict], timeout
     writable view per request, each the length the map reported) each segment lands in its view and
     None is returned; a reply of another length is a FetchError, since the segment is then truncated
     or corrupt. Over tcp with ``impl="native"`` and ``into``, the compiled core does each exchange
-    (request out, segment straight into its view, GIL released)."""
+    (request out, segment straight into its view, GIL released); over verbs with ``impl="native"`` the
+    native end RDMA-READs each segment into its view."""
     try:
         conn = _checkout(transport, address, timeout, impl)
     except TransportError as e:

@@ -197,6 +197,7 @@ class NativeVerbsTransport:
     """``listen``/``connect`` as ``VerbsTransport``'s, on the native end."""
 
     name = "verbs"
+    native = True   # which verbs end this is (the pyverbs transport has no such attribute)
 
     def __init__(self, default_timeout: float = DEFAULT_TIMEOUT):
         why = unavailable()
