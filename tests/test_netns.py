@@ -27,9 +27,26 @@ needs_root = pytest.mark.skipif(not netns.available(), reason=netns.NEEDS_ROOT)
 REPO = Path(__file__).resolve().parents[1]
 
 
-def ours() -> list[str]:
-    """Namespaces this test process made (name prefix hpcnet-<pid>-)."""
+def _this_process() -> list[str]:
     return [n for n in netns.namespaces() if n.startswith(f"{netns.PREFIX}-{os.getpid()}-")]
+
+
+_before_the_test: set[str] = set()
+
+
+@pytest.fixture(autouse=True)
+def _namespaces_before_the_test():
+    """What this process had before the test is not the test's: with xdist a worker may have run
+    tests/test_multihost.py first, whose session fixture keeps its netns:4 hosts until the session ends
+    (a run here once counted them: 9 namespaces where the test made 4)."""
+    _before_the_test.clear()
+    _before_the_test.update(_this_process())
+    yield
+
+
+def ours() -> list[str]:
+    """Namespaces this test made (this process's, name prefix hpcnet-<pid>-, made during the test)."""
+    return [n for n in _this_process() if n not in _before_the_test]
 
 
 def _others_port(link: str) -> bool:
