@@ -80,7 +80,10 @@ class LaunchCost:
         self.bench = Bench(kind)
 
     def teardown(self, kind):
-        self.bench.close()
+        # asv tears down after a setup that skipped too (no sshd or Slurm here): nothing was started
+        bench = getattr(self, "bench", None)
+        if bench is not None:
+            bench.close()
 
     def time_launch_one_process(self, kind):
         self.bench.launch()
