@@ -117,10 +117,11 @@ MERGE_TRIES = 3
 # 400k records (40 MB in 16 runs): merges of 100k (2.5 ms native) moved by a sd of 0.09-0.13 (log) per
 # round on the 2-core box, merges of 400k (11 ms native, 42 ms numpy) by 0.03 (2026-12-04, 30 rounds)
 MERGE_RECORDS = 400_000
+MERGE_RUNS = 16
 MERGE_PROCESSES = 6
 
 
-def merge_input(records: int = MERGE_RECORDS, runs: int = 16, seed: int = 17) -> list:
+def merge_input(records: int = MERGE_RECORDS, runs: int = MERGE_RUNS, seed: int = 17) -> list:
     """Key-sorted runs of random 100-byte records, as a reduce gets them from its maps."""
     import numpy as np
     from ..reference.mapreduce.records import sort_records

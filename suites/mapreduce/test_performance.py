@@ -70,7 +70,7 @@ def test_native_merge_cost(measure, claim):
     finally:
         measure.record(*(measurement(wm.MERGE_METRIC, samples, unit="s", direction="lower", config=name,
                                      nodes=("test-process",),
-                                     params={"records": wm.MERGE_RECORDS, "runs": 16, "processes": wm.MERGE_PROCESSES,
+                                     params={"records": wm.MERGE_RECORDS, "runs": wm.MERGE_RUNS, "processes": wm.MERGE_PROCESSES,
                                              "per_round": f"min of {wm.MERGE_TRIES}", "clock": "thread CPU time"})
                          for name, samples in ((paired.baseline_name, paired.baseline),
                                                (paired.candidate_name, paired.candidate))))
