@@ -53,6 +53,24 @@ fn chunk_sums<'py>(py: Python<'py>, data: PyBuffer<u8>, bpc: usize, checksum: &s
     Ok(PyBytes::new(py, &out))
 }
 
+/// The XOR of the CRC32Cs of every `bpc`-byte chunk of `data`, computed by the bare instruction
+/// loop (`checksum::instruction_floor`): the floor the checksum gate measures `chunk_sums` against.
+/// OSError where the CPU has no CRC32C instruction this loop can use.
+#[pyfunction]
+#[pyo3(signature = (data, bpc=512))]
+fn crc32c_instruction_floor(py: Python<'_>, data: PyBuffer<u8>, bpc: usize) -> PyResult<u32> {
+    let bpc = check_bpc(bpc)?;
+    let data = contiguous(&data, "data")?;
+    py.allow_threads(|| checksum::instruction_floor(data, bpc))
+        .ok_or_else(|| PyOSError::new_err("this CPU has no SSE4.2 crc32 instruction (x86-64 only)"))
+}
+
+/// Whether `crc32c_instruction_floor` can run on this CPU.
+#[pyfunction]
+fn crc32c_instruction_floor_available() -> bool {
+    checksum::instruction_floor(&[], 1).is_some()
+}
+
 /// Verifies `data` against `sums`: None when every chunk matches, else the index of the first
 /// chunk that differs; ValueError when the number of checksums does not fit the data.
 #[pyfunction]
@@ -304,6 +322,8 @@ fn respond(rx: Receiver<Ack>, mut up: TcpStream, down: Option<TcpStream>, next: 
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(chunk_sums, m)?)?;
+    m.add_function(wrap_pyfunction!(crc32c_instruction_floor, m)?)?;
+    m.add_function(wrap_pyfunction!(crc32c_instruction_floor_available, m)?)?;
     m.add_function(wrap_pyfunction!(first_bad_chunk, m)?)?;
     m.add_class::<PyBlockStream>()?;
     Ok(())
