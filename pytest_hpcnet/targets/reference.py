@@ -22,9 +22,12 @@ SAMPLE_CONFIGS = ["transport=tcp,intermediate=local,shuffle=fetch", "transport=s
 # The reference's keys besides the MapReduce engine's own (transport, intermediate, shuffle, net: declared
 # with the engine, reference/mapreduce/engine/config.py), and its single-word configuration parts.
 KEYS: dict[str, ConfigKey] = {
-    "buffers": ConfigKey(("pooled", "naive"), "RPC buffer management: a pool of pre-registered buffers sized by "
-                         "message-size locality, or allocate and copy per message (like default Hadoop RPC)"),
-    "impl": ConfigKey(("native", "python"), "who runs the hot paths: the compiled core or the Python reference"),
+    "buffers": ConfigKey(("pooled", "naive", "none"), "RPC buffer management: a pool of pre-registered buffers "
+                         "sized by message-size locality, or allocate and copy per message (like default Hadoop "
+                         "RPC); none for the raw-socket floor, which has no RPC"),
+    "impl": ConfigKey(("native", "python", "floor"), "who runs the hot paths: the compiled core or the Python "
+                      "reference; floor is the physical floor a native path is gated against (the raw-socket "
+                      "ping-pong, the bare CRC32C instruction loop)"),
     "checksum": ConfigKey(("crc32c", "crc32"), "the block store's chunk checksum"),
     "fs": ConfigKey(("posix", "blockstore"), "TestDFSIO's file system: a POSIX directory or the block store"),
     "fsync": ConfigKey(("none", "close", "every-buffer"), "when TestDFSIO's POSIX writer syncs its file"),

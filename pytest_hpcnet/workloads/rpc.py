@@ -278,6 +278,9 @@ def _interleaved_rounds(baseline: tuple, candidate: tuple, size: int, rounds: in
             stack.enter_context(on_one_core())
         for config in (baseline, candidate):
             transport, buffers, _, impl = config_parts(config)
+            if impl == "floor":
+                timed.append(stack.enter_context(_floor_echo(transport, size, timeout)))
+                continue
             server = stack.enter_context(make_server(impl, buffers=buffers, transport=transport))
             client = stack.enter_context(make_client(server.address, impl=impl, buffers=buffers,
                                                      transport=transport, timeout=timeout))
@@ -327,6 +330,25 @@ def _interleaved_child(baseline: tuple, candidate: tuple, size: int, rounds: int
         raise HpcnetError(f"interleaved echo rounds failed (exit {done.returncode}): {' '.join(argv)}\n{tail}")
     got = json.loads(done.stdout)
     return got["baseline"], got["candidate"]
+
+
+@contextlib.contextmanager
+def _floor_echo(transport: str, size: int, timeout: float):
+    """The raw-socket ping-pong floor (the native core's, ``floor.rs``: a length-prefixed message echoed
+    whole, no RPC at all) as a timed call: one round trip of ``size`` bytes, timed in the core, in µs --
+    what ``impl=floor`` means in a configuration. tcp only."""
+    from ..reference import native
+    if transport != "tcp":
+        raise HpcnetError(f"the ping-pong floor runs over tcp, not {transport}")
+    if not native.AVAILABLE:
+        raise HpcnetError(f"the ping-pong floor is the native core's: {native.WHY_NOT}")
+    server = native.core.FloorServer("127.0.0.1", 0)
+    try:
+        pingpong = native.core.PingPong(*server.address, size, timeout)
+        yield lambda: pingpong.samples(1)[0]
+        del pingpong   # closes the connection, which ends the server's echo thread
+    finally:
+        server.stop()
 
 
 def _timed_echo(client, impl: str, payload: bytes, clock):

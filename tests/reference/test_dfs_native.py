@@ -48,6 +48,25 @@ def test_native_and_python_checksums_agree(kind, size):
         assert native_sums[:4] == zlib.crc32(data[:512]).to_bytes(4, "big")
 
 
+@needs_native
+@pytest.mark.parametrize("size", [0, 7, 512, 1300, 65536 + 3])
+def test_the_crc32c_instruction_floor_computes_the_same_sums(size):
+    """The checksum gate's floor does the work the path does: the XOR of every chunk's CRC32C."""
+    from pytest_hpcnet.workloads.dfsio.pipeline_cost import checksum_path
+    if not native.core.crc32c_instruction_floor_available():
+        pytest.skip("no SSE4.2 crc32 instruction on this CPU")
+    data = os.urandom(size)
+    sums = checksums.chunk_sums(data, 512, "crc32c", impl="python")
+    want = 0
+    for i in range(0, len(sums), 4):
+        want ^= int.from_bytes(sums[i:i + 4], "big")
+    assert checksum_path("crc32c", "floor")(memoryview(data)) == want
+    with pytest.raises(ValueError, match="computes CRC32C, not crc32"):
+        checksum_path("crc32", "floor")
+    with pytest.raises(ValueError, match="bytes per checksum must be positive"):
+        native.core.crc32c_instruction_floor(data, 0)
+
+
 @pytest.mark.parametrize("impl", [None, "python"])
 def test_verify_names_the_first_bad_chunk_in_one_line(impl):
     if impl is None and not native.AVAILABLE:

@@ -291,6 +291,22 @@ def test_interleaved_echo_takes_its_rounds_in_fresh_processes():
         assert wr.config_name(*wr._parse_config_arg(wr._config_arg(config))) == wr.config_name(*config)
 
 
+def test_interleaved_echo_against_the_native_ping_pong_floor():
+    """``impl=floor``: the native raw-socket ping-pong as one side of an interleaved run (the native
+    RPC's gate); it runs over tcp only, and says so."""
+    from pytest_hpcnet.errors import HpcnetError
+    from pytest_hpcnet.reference import native
+    from pytest_hpcnet.workloads import rpc as wr
+    if not native.AVAILABLE:
+        pytest.skip(native.WHY_NOT)
+    floor = ("tcp", "none", "eth", "floor")
+    paired = wr.interleaved_echo(floor, ("tcp", "pooled", "eth", "native"), 64, rounds=2, calls=3, warmup=2)
+    assert paired.baseline_name == "transport=tcp,buffers=none,net=eth,impl=floor"
+    assert len(paired.baseline) == 2 and all(x > 0 for x in paired.baseline + paired.candidate)
+    with pytest.raises(HpcnetError, match="ping-pong floor runs over tcp, not shm"):
+        wr.interleaved_echo(("shm", "none", "eth", "floor"), floor, 64, rounds=1, calls=1, warmup=0)
+
+
 def test_interleaved_echo_says_what_failed_in_a_child_process():
     from pytest_hpcnet.errors import HpcnetError
     from pytest_hpcnet.workloads import rpc as wr

@@ -81,17 +81,30 @@ def _checksum_rounds(first: int, rounds: int, sides, size: int, passes: int) -> 
     data = memoryview(os.urandom(size))
     kib = size / 1024
     clock = time.thread_time_ns
-    for kind, impl in sides:   # warm-up: the buffer in cache, the code paths taken once
-        checksums.chunk_sums(data, 512, kind, impl=impl)
+    paths = [checksum_path(*side) for side in sides]
+    for path in paths:   # warm-up: the buffer in cache, the code paths taken once
+        path(data)
 
-    def timed(kind: str, impl: str):
+    def timed(path):
         def one() -> float:
             start = clock()
-            checksums.chunk_sums(data, 512, kind, impl=impl)
+            path(data)
             return (clock() - start) / kib
         return one
-    baseline, candidate = (timed(*side) for side in sides)
+    baseline, candidate = (timed(path) for path in paths)
     return [floor_round(baseline, candidate, passes, r) for r in range(first, first + rounds)]
+
+
+def checksum_path(kind: str, impl: str):
+    """The function computing a buffer's 512-byte-chunk checksums under one setting: ``impl`` is
+    ``python`` or ``native`` (``checksums.chunk_sums``), or ``floor``, the CPU's bare CRC32C
+    instruction loop (``crc32c_instruction_floor`` in the native core: CRC32C only)."""
+    if impl != "floor":
+        return lambda data: checksums.chunk_sums(data, 512, kind, impl=impl)
+    if kind != "crc32c":
+        raise ValueError(f"the instruction floor computes CRC32C, not {kind}")
+    from ...reference.native import core
+    return lambda data: core.crc32c_instruction_floor(data, 512)
 
 
 def checksum_config(kind: str, impl: str) -> str:
