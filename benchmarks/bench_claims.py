@@ -49,6 +49,7 @@ TRACKED = {
     "dfsio.local.posix.no_fsync_vs_fsync_close.write": common.dfsio_small,
     "dfsio.local.checksum.crc32c_native_vs_python_crc32.cpu": common.dfsio_cpu_small,
     "dfsio.local.blockstore.native_vs_python.cpu": common.dfsio_cpu_small,
+    "dfsio.local.checksum.crc32c_native_vs_instruction_floor.cpu": common.checksum_floor_small,
 }
 
 

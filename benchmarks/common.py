@@ -364,3 +364,19 @@ def dfsio_cpu_small() -> list[Measurement]:
             for s in stores.values():
                 s.stop()
     return out
+
+
+@workload
+def checksum_floor_small() -> list[Measurement]:
+    """The native per-chunk CRC32C against the bare crc32 instruction loop over the same chunks
+    (ns/KiB, CPU time, interleaved passes; suites/dfsio/test_performance.py's shape, fewer rounds)."""
+    from pytest_hpcnet.reference import native
+    from pytest_hpcnet.workloads.dfsio.pipeline_cost import interleaved_checksum_cost
+
+    if not native.AVAILABLE:
+        raise Unavailable(native.WHY_NOT)
+    if not native.core.crc32c_instruction_floor_available():
+        raise Unavailable("the CRC32C instruction floor needs an x86-64 CPU with SSE4.2")
+    paired = interleaved_checksum_cost(("crc32c", "floor"), ("crc32c", "native"), rounds=6, processes=3)
+    return [measurement("dfsio.checksum.cpu_ns_per_kib", samples, unit="ns/KiB", direction="lower", config=name)
+            for name, samples in ((paired.baseline_name, paired.baseline), (paired.candidate_name, paired.candidate))]

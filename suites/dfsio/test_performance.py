@@ -101,22 +101,39 @@ def native_and_python_stores(launchers, cluster, workdirs):
             store.stop()
 
 
-def test_checksum_cpu_native_crc32c_vs_python_crc32(measure, claim):
-    """What a datanode spends per KiB on its per-chunk checksums: CRC32C in the native core (SSE4.2)
-    against the Python pipeline's CRC32 loop (zlib.crc32 per 512-byte chunk), in this thread's CPU time,
-    the two taking turns pass by pass (see ``interleaved_checksum_cost``)."""
+def _checksum_gate(claim_id: str, baseline: tuple[str, str], measure, claim) -> None:
+    """Native per-chunk CRC32C against ``baseline`` (kind, impl), the two taking turns pass by pass
+    in this thread's CPU time (see ``interleaved_checksum_cost``); the claim judged, both recorded."""
     if not native.AVAILABLE:
         pytest.skip(native.WHY_NOT)
-    paired = interleaved_checksum_cost(("crc32", "python"), ("crc32c", "native"), rounds=CHECKSUM_ROUNDS,
+    paired = interleaved_checksum_cost(baseline, ("crc32c", "native"), rounds=CHECKSUM_ROUNDS,
                                         processes=CHECKSUM_PROCESSES)
     try:
-        claim("dfsio.local.checksum.crc32c_native_vs_python_crc32.cpu", paired)
+        claim(claim_id, paired)
     finally:
         measure.record(*(measurement(paired.metric, samples, unit="ns/KiB", direction="lower", config=name,
                                      nodes=("test-process",),
                                      params={"bpc": 512, "bytes": 256 << 10, "per_round": "min of 40 passes"})
                          for name, samples in ((paired.baseline_name, paired.baseline),
                                                (paired.candidate_name, paired.candidate))))
+
+
+def test_checksum_cpu_native_crc32c_vs_instruction_floor(measure, claim):
+    """What the native per-chunk CRC32C path (the datanode's) spends per KiB over the CPU's bare
+    ``crc32`` instruction loop on the same chunks (``crc32c_instruction_floor``): its own overhead,
+    which moves little with the host because both are bound by the same instruction."""
+    if not native.AVAILABLE:
+        pytest.skip(native.WHY_NOT)
+    if not native.core.crc32c_instruction_floor_available():
+        pytest.skip("the CRC32C instruction floor needs an x86-64 CPU with SSE4.2")
+    _checksum_gate("dfsio.local.checksum.crc32c_native_vs_instruction_floor.cpu", ("crc32c", "floor"),
+                   measure, claim)
+
+
+def test_checksum_cpu_native_crc32c_vs_python_crc32(measure, claim):
+    """What a datanode spends per KiB on its per-chunk checksums: CRC32C in the native core (SSE4.2)
+    against the Python pipeline's CRC32 loop (zlib.crc32 per 512-byte chunk)."""
+    _checksum_gate("dfsio.local.checksum.crc32c_native_vs_python_crc32.cpu", ("crc32", "python"), measure, claim)
 
 
 def test_blockstore_pipeline_cpu_native_vs_python(native_and_python_stores, cluster, measure, claim):

@@ -27,6 +27,7 @@ NATIVE_TCP = ("tcp", "pooled", "eth", "native")
 NATIVE_TCP_NAIVE = ("tcp", "naive", "eth", "native")
 NATIVE_SHM = ("shm", "pooled", "eth", "native")
 PYTHON_TCP = ("tcp", "pooled", "eth", "python")
+FLOOR_TCP = ("tcp", "none", "eth", "floor")   # the native raw-socket ping-pong: no RPC, no buffers
 SWEEP = {"iterations": 20, "warmup": 20}
 INTERLEAVED_PROCESSES = 3   # each run's rounds from three fresh processes (see wr.interleaved_echo)
 
@@ -62,6 +63,7 @@ INTERLEAVED = [  # (claim, baseline, candidate, payload size)
     ("rpc.local.interleaved.shm_vs_tcp_64", TCP_POOLED, SHM_POOLED, 64),
     # the native core's design effects (impl=native; skipped, saying why, where the core is not built)
     ("rpc.local.interleaved.native_vs_python_64", PYTHON_TCP, NATIVE_TCP, 64),
+    ("rpc.local.interleaved.native_vs_floor_64", FLOOR_TCP, NATIVE_TCP, 64),
     ("rpc.local.interleaved.native.shm_vs_tcp_64", NATIVE_TCP, NATIVE_SHM, 64),
     ("rpc.local.interleaved.native.pooled_vs_naive_65536", NATIVE_TCP_NAIVE, NATIVE_TCP, 65536),
 ]
@@ -70,7 +72,7 @@ INTERLEAVED = [  # (claim, baseline, candidate, payload size)
 @pytest.mark.parametrize("claim_id,baseline,candidate,size", INTERLEAVED, ids=[c[0] for c in INTERLEAVED])
 def test_interleaved_echo_cost(claim_id, baseline, candidate, size, hpcnet, measure, claim):
     """The designs' cost side by side in one process, call by call (see ``wr.interleaved_echo``)."""
-    if "native" in (wr.config_parts(baseline)[3], wr.config_parts(candidate)[3]) and not native.AVAILABLE:
+    if {"native", "floor"} & {wr.config_parts(baseline)[3], wr.config_parts(candidate)[3]} and not native.AVAILABLE:
         claim(claim_id, None, unavailable=native.WHY_NOT)   # n/a, saying why (it skips the test)
     paired = wr.interleaved_echo(baseline, candidate, size, rounds=hpcnet.rounds, processes=INTERLEAVED_PROCESSES)
     try:
@@ -80,7 +82,7 @@ def test_interleaved_echo_cost(claim_id, baseline, candidate, size, hpcnet, meas
                                      nodes=("test-process",),
                                      params={"size": size, "round_trip": True, "per_round": f"min of {wr.INTERLEAVED_CALLS}",
                                              "one_core": True, "processes": INTERLEAVED_PROCESSES,
-                                             "timer": "core" if "impl=native" in name else "python"})
+                                             "timer": "python" if "impl=" not in name else "core"})
                          for name, samples in ((paired.baseline_name, paired.baseline),
                                                (paired.candidate_name, paired.candidate))))
 
