@@ -228,6 +228,10 @@ def test_slurm_missing_python_is_one_line(slurm, tmp_path):
 
 @pytest.mark.slurm
 def test_slurm_dead_slurmd_is_one_line_and_comes_back(slurm, slurm_inventory, tmp_path):
+    # an earlier test's allocation may still be completing on node3: killed now, its slurmd could
+    # not confirm, the nodes would stay completing and the allocation below would pend until
+    # salloc --immediate gives up (seen: "Connection timed out" after 60 s, naming no node)
+    slurm.wait_idle()
     daemon = slurm.slurmd("node3")
     daemon.kill(grace=2.0)
     try:

@@ -153,6 +153,16 @@ class EmbeddedSlurm:
         states = dict(line.split() for line in done.stdout.splitlines() if line.strip())
         return all(states.get(n.name, "").startswith("idle") for n in self.cluster.nodes)
 
+    def wait_idle(self, timeout: float = 60) -> None:
+        """Wait until no job is left (an earlier allocation's cancel completes only once every slurmd
+        of it confirms) and every node is idle: a test that kills a slurmd while a job is still
+        completing there leaves that job, and its nodes, completing until the slurmd is back."""
+        def idle() -> bool:
+            done = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, timeout=30,
+                                  env={**os.environ, **self.env()})
+            return not done.stdout.strip() and self._all_idle()
+        self._wait(idle, None, "every job to end and every node to be idle", timeout)
+
     def _responding(self, node_name: str) -> bool:
         """The node answers slurmctld again (any state without the not-responding ``*``, not down)."""
         done = subprocess.run(["sinfo", "-h", "-N", "-n", node_name, "-o", "%t"], capture_output=True,
