@@ -40,3 +40,23 @@ def test_a_daemon_that_cannot_start_names_itself_and_its_log_and_leaves_no_jvm(t
     assert "ClassNotFoundException" in str(info.value) or "Could not find or load main class" in str(info.value)
     left = subprocess.run(["pgrep", "-f", f"java.*{tmp_path}"], capture_output=True, text=True).stdout
     assert not left.split(), f"JVMs left behind: {left}"
+
+
+@pytest.mark.skipif(JAVA is None, reason="no java on PATH")
+def test_an_ozone_start_that_fails_is_tried_once_more_then_named(tmp_path):
+    """A failed Ozone start is stopped and tried once more (kept in describe()); a second failure is
+    the one-line error. Ozone's daemons get a log4j configuration, so what they log reaches their log."""
+    empty = tmp_path / "no-jars"
+    empty.mkdir()
+    rt = HadoopRuntime(java=JAVA, jar_dir=empty)          # no classes: SCM's --init exits 1
+    with cluster.open("local:2", tmp_path / "c") as (built, launchers):
+        d = Deployment(rt, empty, built, launchers, tmp_path / "dep", start_timeout=60)
+        try:
+            with pytest.raises(DaemonError, match=r"^scm-file-per-block-init on node0 exited with status 1"):
+                d.ozone_root("FILE_PER_BLOCK")
+            retried = d.describe()["retried"]
+            assert len(retried) == 1 and retried[0].startswith("ozone FILE_PER_BLOCK: scm-file-per-block-init on node0")
+            assert len(d.daemons) == 1                    # the second attempt's init; the first one's is gone
+            assert list(tmp_path.glob("**/scm-file-per-block-init/conf/log4j.properties"))
+        finally:
+            d.close()

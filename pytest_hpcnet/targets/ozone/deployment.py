@@ -26,6 +26,15 @@ from .daemons import Daemon, DaemonError
 
 START_S = 600            # every daemon of one deployment up (a loaded 2-core box starts ~10 JVMs slowly)
 VOLUME, BUCKET = "hpcnet", "jobs"
+# Ozone's jars carry no log4j configuration: without one, what a daemon logs goes nowhere, and an SCM
+# --init that exits 1 leaves only log4j's own warnings in its log. Warnings and errors go to stderr,
+# which is the daemon's log file.
+OZONE_LOG4J = """log4j.rootLogger=WARN, stderr
+log4j.appender.stderr=org.apache.log4j.ConsoleAppender
+log4j.appender.stderr.Target=System.err
+log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
+log4j.appender.stderr.layout.ConversionPattern=%d{ISO8601} %-5p %c{1}: %m%n
+"""
 SITE_FILES = ("core-site.xml", "hdfs-site.xml", "mapred-site.xml", "yarn-site.xml", "ozone-site.xml")
 
 MAIN = {
@@ -77,6 +86,7 @@ class Deployment:
         self.conf_dir = self.workdir / "client-conf"
         self.rm_web = ""
         self.started_s: dict[str, float] = {}
+        self.retried: list[str] = []   # Ozone starts that failed once and were tried again
 
     # -- the configuration ---------------------------------------------------------------------------
     def classpath_for_jobs(self) -> str:
@@ -125,6 +135,8 @@ class Deployment:
         """A daemon with its own configuration dir (the shared keys plus its node's) under its work dir."""
         home = Path(node.workdir) / "daemons" / name
         conf_dir = self._write_conf(home / "conf", {"hadoop.tmp.dir": str(home / "tmp"), **conf})
+        if jars == self.ozone_jars:
+            (conf_dir / "log4j.properties").write_text(OZONE_LOG4J)
         argv = [self.hadoop_rt.java, heap, "-Djava.net.preferIPv4Stack=true", *JAVA17_OPENS,
                 "-Dhadoop.log.dir=" + str(home / "logs"), "-cp", ":".join([str(conf_dir), *self._daemon_jars(jars)]), MAIN[role or name.split("@")[0]],
                 *args]
@@ -214,13 +226,27 @@ class Deployment:
     def ozone_root(self, layout: str) -> str:
         """``ofs://<om>/<volume>/<bucket>`` of the Ozone deployment with ``layout``, started on first use."""
         if layout not in self.ozone:
-            self.ozone[layout] = self._start_ozone(layout)
+            self.ozone[layout] = self._start_ozone_twice(layout)
             host, port = self.ozone[layout]["om"]
             # the volume and its bucket, made through the ofs:// client as a user would
             run_program(self.hadoop_rt, "fs", ["-mkdir", "-p", f"ofs://{host}:{port}/{VOLUME}/{BUCKET}"],
                         conf_dir=self.conf_dir, timeout=self.start_timeout)
         host, port = self.ozone[layout]["om"]
         return f"ofs://{host}:{port}/{VOLUME}/{BUCKET}"
+
+    def _start_ozone_twice(self, layout: str) -> dict:
+        """``_start_ozone``, and once more on fresh ports if that fails: a fresh-clone CI run here saw
+        SCM's --init exit 1 (Hadoop's JVMs beside it on two cores) and the same init pass on the next
+        try. The first failure is kept in ``describe()``; a second one is raised."""
+        first = len(self.daemons)
+        try:
+            return self._start_ozone(layout)
+        except DaemonError as e:
+            for d in reversed(self.daemons[first:]):
+                d.stop()
+            del self.daemons[first:]
+            self.retried.append(f"ozone {layout}: {str(e).splitlines()[0]}")
+            return self._start_ozone(layout)
 
     def _start_ozone(self, layout: str) -> dict:
         t0 = time.monotonic()
@@ -284,4 +310,5 @@ class Deployment:
 
     def describe(self) -> dict:
         return {"daemons": [f"{d.name} on {d.node.name} ({d.node.address()})" for d in self.daemons],
-                "start_s": {k: round(v, 1) for k, v in self.started_s.items()}, "rm_web": self.rm_web}
+                "start_s": {k: round(v, 1) for k, v in self.started_s.items()}, "rm_web": self.rm_web,
+                "retried": list(self.retried)}
