@@ -346,14 +346,18 @@ mod tests {
     }
 }
 
-/// A packet as one transport frame (what a client or a resending writer sends): the frame, and where
-/// its checksums and data start inside it.
-pub fn packet_frame(kind: Kind, bpc: usize, seq: i64, offset: u64, data: &[u8], last: bool) -> (Vec<u8>, usize, usize) {
+/// A packet as one transport frame (what a client or a resending writer sends), built in `frame`
+/// (cleared first; a writer hands back the buffer of a packet already acknowledged, so a steady write
+/// allocates no new pages for the kernel to zero and fault in): the frame, and where its checksums
+/// and data start inside it.
+pub fn packet_frame(mut frame: Vec<u8>, kind: Kind, bpc: usize, seq: i64, offset: u64, data: &[u8],
+                    last: bool) -> (Vec<u8>, usize, usize) {
     let header = serde_json::to_vec(&serde_json::json!(
         {"op": "packet", "seq": seq, "offset": offset, "len": data.len(), "last": last})).expect("JSON");
     let nsums = 4 * checksum::chunks(data.len(), bpc);
     let total = 4 + header.len() + nsums + data.len();
-    let mut frame = Vec::with_capacity(4 + total);
+    frame.clear();
+    frame.reserve(4 + total);
     frame.extend_from_slice(&(total as u32).to_be_bytes());
     frame.extend_from_slice(&(header.len() as u32).to_be_bytes());
     frame.extend_from_slice(&header);

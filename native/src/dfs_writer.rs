@@ -23,6 +23,10 @@ use pyo3::types::{PyBytes, PyDict};
 use crate::checksum::Kind;
 use crate::dfs_wire;
 
+/// How many acknowledged packets' buffers a writer keeps for reuse: a window's worth covers a steady
+/// write (the default window is 16).
+const SPARE_FRAMES: usize = 16;
+
 struct Pending {
     seq: i64,
     offset: u64,
@@ -38,6 +42,8 @@ struct State {
     acked: u64,
     failure: Option<(u64, String)>,
     closing: bool,
+    /// buffers of acknowledged packets, reused for the next ones (at most a window's worth)
+    spare: Vec<Vec<u8>>,
 }
 
 struct Shared {
@@ -83,6 +89,12 @@ fn ack_reader(shared: Arc<Shared>, sock: TcpStream, peer: String) {
                     Some(p) if p.seq == seq => {
                         let p = s.unacked.pop_front().unwrap();
                         s.acked = p.offset + (p.frame.len() - p.data_at) as u64;
+                        // the frame's last owner unless the writer is still sending it (an early ack)
+                        if let Ok(frame) = Arc::try_unwrap(p.frame) {
+                            if s.spare.len() < SPARE_FRAMES {
+                                s.spare.push(frame);
+                            }
+                        }
                         shared.cond.notify_all();
                         if p.last {
                             return;
@@ -101,7 +113,8 @@ fn ack_reader(shared: Arc<Shared>, sock: TcpStream, peer: String) {
 impl PyPacketWriter {
     /// Queue one packet (waiting for room in the window) and send it unless the pipeline failed.
     fn emit(&self, seq: i64, offset: u64, data: &[u8], last: bool) {
-        let (frame, sums_at, data_at) = dfs_wire::packet_frame(self.kind, self.bpc, seq, offset, data, last);
+        let spare = self.shared.state.lock().unwrap().spare.pop().unwrap_or_default();
+        let (frame, sums_at, data_at) = dfs_wire::packet_frame(spare, self.kind, self.bpc, seq, offset, data, last);
         let send = {
             let mut s = self.shared.state.lock().unwrap();
             let deadline = Instant::now() + self.ack_timeout;
