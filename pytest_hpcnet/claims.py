@@ -95,6 +95,12 @@ class Claim:
     # the published runs themselves, {baseline = [...], candidate = [...]} in the metric's unit, where the
     # source printed each run (seed 002's YARN records): shown in the report beside ours
     published_runs: Mapping | None = field(default=None, hash=False)
+    # a local timing gate's bounds per CPU (pytest_hpcnet.hostcpu names it): {"AMD EPYC family 25 model 1"
+    # = {source = "..."}, "AMD EPYC family 23 model 1" = {max = 1.62, source = "..."}}; each entry may
+    # set min, max, tolerance and warn (else the claim's own), or verdicts = "report" with a why where
+    # that CPU's runs cannot hold a 20% gate, and says where its bound came from. On a CPU with no entry
+    # the claim is reported, not enforced (``on_host``)
+    hosts: Mapping | None = field(default=None, hash=False)
 
     def __post_init__(self):
         where = _where(self.file, self.id if isinstance(self.id, str) else None)
@@ -175,6 +181,42 @@ class Claim:
                     isinstance(r, list) and r and all(map(_is_number, r)) for r in runs.values()):
                 bad(f"published_runs must be {{baseline = [...], candidate = [...]}}, lists of numbers, got {runs!r}")
             object.__setattr__(self, "published_runs", {k: [float(x) for x in v] for k, v in runs.items()})
+        if self.hosts is not None:
+            self._check_hosts(bad)
+
+    def _check_hosts(self, bad) -> None:
+        if not isinstance(self.hosts, Mapping) or not self.hosts:
+            bad(f"hosts must be a table of CPUs and their bounds, e.g. {{\"AMD EPYC family 25 model 1\" = "
+                f"{{max = 1.3, source = \"...\"}}}}, got {self.hosts!r}")
+        if not self.is_local:
+            bad("hosts is for local gates (source = 'local: ...'): a paper's claim has one bound")
+        for cpu, entry in self.hosts.items():
+            if not isinstance(entry, Mapping) or not isinstance(entry.get("source"), str) \
+                    or not entry["source"].strip():
+                bad(f"hosts: {cpu!r} needs a table with the source of its bound, got {entry!r}")
+            unknown = sorted(set(entry) - _HOST_FIELDS)
+            if unknown:
+                bad(f"hosts: {cpu!r}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_HOST_FIELDS))}")
+        object.__setattr__(self, "hosts", {cpu: dict(entry) for cpu, entry in self.hosts.items()})
+        for cpu in self.hosts:
+            self.on_host(cpu)             # each host's bounds are checked as the claim's own are
+
+    def on_host(self, cpu: str) -> "Claim":
+        """The claim as judged on ``cpu``: with that CPU's bounds, or report-only where none was
+        recorded. A claim without ``hosts`` is the same everywhere."""
+        from dataclasses import replace
+        if self.hosts is None:
+            return self
+        if self.bound_from is not None:   # a cluster's own [[override]] outranks the recorded hosts
+            return replace(self, hosts=None)
+        entry = self.hosts.get(cpu)
+        if entry is None:
+            return replace(self, hosts=None, verdicts="report", why=(
+                f"no bound recorded on this CPU ({cpu}); its bounds are per CPU, recorded on "
+                f"{'; '.join(self.hosts)} (to add one: run make gates here, then python -m "
+                f"pytest_hpcnet.gate_quality --propose on the records)"))
+        bounds = {k: v for k, v in entry.items() if k != "source"}
+        return replace(self, hosts=None, **bounds, bound_from=f"recorded on {cpu}: {entry['source']}")
 
     def below_scale(self, params: Mapping | None) -> str | None:
         """What falls short of the claim's ``scale`` in a measurement's ``params`` ("rows 10000 <
@@ -225,6 +267,7 @@ class Claim:
 # --- loading -------------------------------------------------------------------------------------
 
 _FIELDS = {f.name for f in fields(Claim)} - {"file", "bound_from"}
+_HOST_FIELDS = {"min", "max", "tolerance", "warn", "verdicts", "why", "source"}
 # What an [[override]] may change: how a claim is judged on one cluster, never what it measures.
 _OVERRIDABLE = {"min", "max", "tolerance", "warn", "verdicts", "why"}
 _REQUIRED = {"id", "statement", "metric", "candidate", "kind", "direction", "source"}

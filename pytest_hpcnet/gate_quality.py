@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 from tabulate import tabulate
 
+from .hostcpu import UNKNOWN
 from .claims import Claim, Verdict, evaluate, load_claims, settle
 from .measure import Paired, Series
 
@@ -47,6 +48,7 @@ class RecordedRun:
     candidate: np.ndarray
     first_rounds: int
     max_rounds: int
+    cpu: str | None = None     # the CPU it ran on (provenance host_cpu; older records lack it)
 
 
 def recorded_runs(paths: Iterable[Path]) -> dict[str, list[RecordedRun]]:
@@ -55,6 +57,7 @@ def recorded_runs(paths: Iterable[Path]) -> dict[str, list[RecordedRun]]:
     for path in paths:
         data = json.loads(Path(path).read_text())
         max_rounds = data.get("provenance", {}).get("max_rounds")
+        cpu = data.get("provenance", {}).get("host_cpu")
         for d in data.get("verdicts", []):
             v = Verdict.from_json(d)
             if not v.samples or v.injected or v.outcome in ("n/a", "not evaluated"):
@@ -62,7 +65,7 @@ def recorded_runs(paths: Iterable[Path]) -> dict[str, list[RecordedRun]]:
             base = v.samples.get("baseline")
             out.setdefault(v.claim_id, []).append(RecordedRun(
                 None if base is None else np.asarray(base, float), np.asarray(v.samples["candidate"], float),
-                v.first_rounds or v.n, max_rounds or 3 * (v.first_rounds or v.n)))   # the session's rule
+                v.first_rounds or v.n, max_rounds or 3 * (v.first_rounds or v.n), cpu))   # the session's rule
     return out
 
 
@@ -121,6 +124,16 @@ def _trial(claim: Claim, model: NoiseModel, regression: float, first: int, budge
     return settle(claim, paired, max_rounds=budget, inject_regression=regression, resamples=resamples).outcome
 
 
+def per_cpu(claim: Claim, runs: list[RecordedRun], cpus: Iterable[str] | None = None
+            ) -> list[tuple[str | None, Claim, list[RecordedRun]]]:
+    """(CPU, the claim as judged there, the runs recorded there) for each CPU ``claim.hosts`` records
+    a bound for (or each of ``cpus``); (None, claim, runs) for a claim whose bound is the same everywhere."""
+    if claim.hosts is None:
+        return [(None, claim, runs)]
+    return [(cpu, claim.on_host(cpu), [r for r in runs if (r.cpu or UNKNOWN) == cpu])
+            for cpu in (claim.hosts if cpus is None else cpus)]
+
+
 def quality(claim: Claim, runs: list[RecordedRun], *, trials: int = 400, seed: int = 2026,
             resamples: int = 1000) -> dict:
     """Rates of fail and warn per injected regression for one claim, at its recorded rounds and budget."""
@@ -163,10 +176,10 @@ def meets_the_bar(row: dict) -> list[str]:
 
 
 def table(rows: list[dict]) -> str:
-    body = [[r["claim_id"], r.get("bound", ""), "gate" if r["enforced"] else "report-only", r["recorded_runs"],
+    body = [[r["claim_id"], r.get("cpu") or "any", r.get("bound", ""), "gate" if r["enforced"] else "report-only", r["recorded_runs"],
              f"{r['rounds']}..{r['max_rounds']}", f"{r['0%']['fail']:.1%}", f"{r['0%']['warn']:.1%}",
              f"{r['10%']['fail']:.1%}", f"{r['20%']['fail']:.1%}"] for r in rows]
-    return tabulate(body, headers=["claim", "bound", "kind", "runs", "rounds", "A/A fail", "A/A warn", "10% caught",
+    return tabulate(body, headers=["claim", "CPU", "bound", "kind", "runs", "rounds", "A/A fail", "A/A warn", "10% caught",
                                    "20% caught"], tablefmt="github", disable_numparse=True)
 
 
@@ -202,20 +215,25 @@ def main(argv: list[str] | None = None) -> int:
         keep(args.records, args.keep)
     rows, missing = [], []
     for claim in sorted((c for c in claims.values() if c.is_local), key=lambda c: c.id):
-        if claim.id in runs:
-            judged = proposed_bound(claim, runs[claim.id]) if args.propose else claim
-            row = quality(judged, runs[claim.id], trials=args.trials, seed=args.seed)
-            row["bound"] = judged.bound_text()
+        recorded = runs.get(claim.id, [])
+        # proposing: a bound for every CPU the records come from, which is how a new host gets one
+        cpus = sorted({r.cpu or UNKNOWN for r in recorded}) if args.propose and claim.hosts else None
+        for cpu, judged, mine in per_cpu(claim, recorded, cpus):
+            where = f" on {cpu}" if cpu else ""
+            if len(mine) < 2:
+                missing.append(f"{claim.id}{where}: {len(mine)} recorded run(s) in the records given, 2 needed")
+                continue
+            judged = proposed_bound(judged, mine) if args.propose else judged
+            row = quality(judged, mine, trials=args.trials, seed=args.seed)
+            row["bound"], row["cpu"] = judged.bound_text(), cpu
             rows.append(row)
-        else:
-            missing.append(claim.id)
     print(table(rows))
-    short = {r["claim_id"]: meets_the_bar(r) for r in rows if r["enforced"]}
-    for cid, problems in short.items():
+    short = {(r["claim_id"], r["cpu"]): meets_the_bar(r) for r in rows if r["enforced"]}
+    for (cid, cpu), problems in short.items():
         if problems:
-            print(f"{cid}: {'; '.join(problems)}")
-    for cid in missing:
-        print(f"{cid}: no recorded samples in the records given")
+            print(f"{cid}{f' on {cpu}' if cpu else ''}: {'; '.join(problems)}")
+    for line in missing:
+        print(line)
     return 1 if any(short.values()) or missing else 0
 
 

@@ -20,6 +20,7 @@ from importlib import metadata
 from pathlib import Path
 
 from .errors import ConfigError
+from .hostcpu import host_cpu
 from .measure import Measurement
 
 SCHEMA = 1
@@ -64,6 +65,7 @@ def provenance(*, cluster: dict, target: dict, cwd: Path, args: list[str]) -> di
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "machine": platform.machine(),
+        "host_cpu": host_cpu(),          # local gates' bounds are per CPU (Claim.hosts)
         "packages": _versions(),
         "git": git_commit(cwd),
         "args": args,

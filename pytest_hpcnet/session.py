@@ -14,6 +14,7 @@ from pathlib import Path
 
 from . import hardware
 from .errors import ConfigError, HpcnetError
+from .hostcpu import host_cpu
 from .claims import (Claim, NotMeasured, Verdict, as_paired, evaluate, load_claims, measured_pair,
                      measured_sides,
                      not_applicable, not_evaluated, sensitivity, settle)
@@ -104,8 +105,10 @@ class HpcnetSession:
             user_files = list(cluster.claims) + [Path(p) for p in values["claims"]]
             self.user_claim_files = {str(p) for p in user_files}
             declared: dict = {}
-            self.claims: dict[str, Claim] = load_claims(discover_claim_files(self.rootdir, self.args) + user_files,
-                                                        vocabulary=declared)
+            claims = load_claims(discover_claim_files(self.rootdir, self.args) + user_files, vocabulary=declared)
+            # local gates run on this host's embedded cluster: judged with this CPU's recorded bounds
+            self.host_cpu = host_cpu()
+            self.claims: dict[str, Claim] = {k: c.on_host(self.host_cpu) for k, c in claims.items()}
             self.vocabulary = Vocabulary(metrics=declared.get("metrics", ()), configs=declared.get("configs", ()),
                                          targets=self._target_vocabularies())
             for claim in self.claims.values():

@@ -471,3 +471,55 @@ def test_bad_overrides_are_one_line_errors(tmp_path, body, match):
     (tmp_path / "mine.toml").write_text(body)
     text = _error_text([DATA / "good.toml", tmp_path / "mine.toml"])
     assert "override #" in text and re.search(match, text), text
+
+
+# --- bounds per CPU (Claim.hosts) ------------------------------------------------------------------
+
+F25, F23 = "AMD EPYC family 25 model 1", "AMD EPYC family 23 model 1"
+PER_CPU = '''[[claim]]
+id = "t.gate"
+statement = "s"
+metric = "m"
+baseline = "a"
+candidate = "b"
+kind = "ratio"
+direction = "lower"
+max = 1.29
+source = "local: eight runs"
+[claim.hosts."AMD EPYC family 25 model 1"]
+source = "the runs above"
+[claim.hosts."AMD EPYC family 23 model 1"]
+max = 1.6
+source = "six runs there"
+'''
+
+
+def test_a_gate_is_judged_with_its_cpus_bound_and_reported_on_a_cpu_without_one(tmp_path):
+    (tmp_path / "c.toml").write_text(PER_CPU)
+    gate = load_claims([tmp_path / "c.toml"])["t.gate"]
+    assert (gate.on_host(F25).max, gate.on_host(F25).enforced) == (1.29, True)
+    on23 = gate.on_host(F23)
+    assert (on23.max, on23.enforced, on23.bound_from) == (1.6, True, f"recorded on {F23}: six runs there")
+    other = gate.on_host("Intel Xeon family 6 model 85")
+    assert not other.enforced and other.max == 1.29
+    assert other.why.startswith("no bound recorded on this CPU (Intel Xeon family 6 model 85)") and F23 in other.why
+    # the same samples fail on one CPU and pass on the other
+    base, cand = Series("m", "a", [1.0] * 10), Series("m", "b", [1.45] * 10)
+    assert evaluate(gate.on_host(F25), base, cand).outcome == "fail"
+    assert evaluate(on23, base, cand).outcome == "pass"
+
+
+@pytest.mark.parametrize("hosts, match", [
+    ({F23: {"max": 1.6}}, "needs a table with the source of its bound"),
+    ({F23: {"max": 1.6, "source": "x", "metric": "y"}}, "unknown field"),
+    ({F23: {"max": -1.0, "min": 0.0, "source": "x"}}, "min .* is greater than max"),
+    ({}, "hosts must be a table of CPUs"),
+])
+def test_bad_per_cpu_bounds_are_one_line_errors(hosts, match):
+    with pytest.raises(ConfigError, match=match):
+        _claim(kind="ratio", direction="lower", max=1.0, source="local: x", hosts=hosts)
+
+
+def test_per_cpu_bounds_are_for_local_gates_only():
+    with pytest.raises(ConfigError, match="hosts is for local gates"):
+        _claim(kind="ratio", direction="lower", max=1.0, hosts={F23: {"source": "x"}})

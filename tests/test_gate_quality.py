@@ -6,6 +6,7 @@ keeps the samples it judged). Every enforced local gate must false-fail at most 
 reported. Report-only claims are measured and printed, not held to the targets.
 """
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,22 +18,24 @@ from pytest_hpcnet.claims import Claim, load_claims
 ROOT = Path(__file__).resolve().parent.parent
 RECORDS = sorted((ROOT / "fixtures" / "gate-runs").glob("*.json"))
 CLAIMS = load_claims(sorted(ROOT.glob("suites/*/claims.toml")))
-LOCAL = sorted(c.id for c in CLAIMS.values() if c.is_local)
 RUNS = gq.recorded_runs(RECORDS)
+# each local claim, once per CPU it records a bound for (claims whose bound is the same everywhere: once)
+LOCAL = {f"{cid}@{cpu}" if cpu else cid: (claim, runs) for cid in sorted(c.id for c in CLAIMS.values() if c.is_local)
+         for cpu, claim, runs in gq.per_cpu(CLAIMS[cid], RUNS.get(cid, []))}
 
 
 def test_every_local_claim_has_recorded_runs():
     assert RECORDS, "fixtures/gate-runs/ holds no run records"
-    missing = [cid for cid in LOCAL if len(RUNS.get(cid, [])) < 2]
+    missing = [key for key, (_, runs) in LOCAL.items() if len(runs) < 2]
     assert not missing, f"fewer than two recorded runs for {missing}"
 
 
-@pytest.mark.parametrize("claim_id", LOCAL)
-def test_gate_quality(claim_id):
-    claim = CLAIMS[claim_id]
+@pytest.mark.parametrize("key", sorted(LOCAL))
+def test_gate_quality(key):
+    claim, runs = LOCAL[key]
     # enforced gates are held to the targets (400 trials: 1% is 4 runs); report-only claims are only
     # shown, with fewer trials to keep the test short
-    row = gq.quality(claim, RUNS[claim_id], trials=400 if claim.enforced else 40, seed=2026)
+    row = gq.quality(claim, runs, trials=400 if claim.enforced else 40, seed=2026)
     print("\n" + gq.table([row]))
     if claim.enforced:
         assert gq.meets_the_bar(row) == [], gq.table([row])
@@ -68,3 +71,16 @@ def test_counter_gate_is_judged_on_its_recorded_rounds():
     runs = [gq.RecordedRun(np.full(10, 6.0), np.zeros(10), 10, 30)] * 2
     row = gq.quality(counter, runs, trials=50)
     assert row["0%"]["pass"] == 1.0 and row["20%"]["fail"] == 1.0
+
+
+def test_a_gate_with_bounds_per_cpu_is_judged_on_each_cpus_own_runs():
+    hosts = {"cpu A": {"source": "a"}, "cpu B": {"max": 1.6, "source": "b"}}
+    gate = _claim(max=1.08, tolerance=0.04, warn=0.02, hosts=hosts)
+    runs = [replace(r, cpu="cpu A") for r in _runs(1.0, 0.03)] + \
+           [replace(r, cpu="cpu B") for r in _runs(1.45, 0.03, seed=2)] + _runs(3.0, 0.03, seed=3)
+    judged = {cpu: (claim, mine) for cpu, claim, mine in gq.per_cpu(gate, runs)}
+    assert sorted(judged) == ["cpu A", "cpu B"] and all(len(m) == 4 for _, m in judged.values())
+    assert judged["cpu B"][0].max == 1.6
+    for claim, mine in judged.values():      # each CPU's bound holds on its own runs, not on the other's
+        assert gq.meets_the_bar(gq.quality(claim, mine, trials=100)) == []
+    assert gq.quality(judged["cpu A"][0], judged["cpu B"][1], trials=50)["0%"]["fail"] == 1.0
