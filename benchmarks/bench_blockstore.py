@@ -5,7 +5,12 @@
 - replication 1, one node: the native tcp pipeline vs ``dd`` to the same directory with the same fsync
   policy (goal >= 0.8x), and the Python pipeline beside it; also per CPU second (client and datanodes
   against dd's own user + system time), the figure a loaded box does not dilute;
-- replication 3 on local:4 vs replication 1 (goal >= 0.5x).
+- replication 3 on local:4 vs replication 1 (goal >= 0.5x);
+- the block-write floor (native core, ``block_write_floor``): the same design's copies and checksum
+  passes with no protocol -- one thread copies each packet out of the caller's buffer, sums its chunks
+  and sends it over loopback tcp, another receives it, verifies every chunk and writes data and
+  checksums to two files. native_r1/floor is what the stack costs over its design; floor/dd is what
+  the design allows on this host, so a missed r1 goal says whose it is.
 
 The datanodes make a replica final with a rename and no fsync (page cache, as the Python datanode
 always has), so ``dd`` runs without ``conv=fsync``; ``--fsync`` would need both. Each round writes one
@@ -35,6 +40,7 @@ from pathlib import Path
 from pytest_hpcnet import cluster as clusters
 from pytest_hpcnet.reference import native
 from pytest_hpcnet.reference.dfs.store import BlockStore
+from pytest_hpcnet.reference.dfs.wire import PACKET_SIZE
 from pytest_hpcnet.workloads.dfsio.pipeline_cost import datanode_cpu_s
 
 BUFFER = 1_000_000
@@ -83,6 +89,13 @@ def dd_mb_s(directory: Path, size_mb: int, fsync: bool) -> tuple[float, float]:
     return size_mb / took, cpu * 1000 / size_mb
 
 
+def floor_mb_s(directory: Path, size_mb: int) -> tuple[float, float]:
+    """(MiB/s, CPU ms per MiB of both threads) of the block-write floor writing ``size_mb`` MiB into
+    ``directory`` in packets of the store's size (64 KiB, a CRC32C per 512 bytes)."""
+    seconds, sender, receiver = native.core.block_write_floor(str(directory), size_mb << 20, PACKET_SIZE)
+    return size_mb / seconds, (sender + receiver) * 1000 / size_mb
+
+
 def store_mb_s(store: BlockStore, size_mb: int, replication: int, path: str, impl: str) -> tuple[float, float]:
     """(MiB/s, CPU ms per MiB of client and datanodes) of one file written through ``impl``'s pipeline
     end to end (client and datanodes)."""
@@ -116,6 +129,8 @@ def compare(size_mb: int, rounds: int, directory: Path | None) -> dict:
                 stores[impl] = BlockStore(launchers, cluster, transport="tcp", impl=impl,
                                           dirs={n.name: root / impl / n.name for n in cluster.nodes}).start()
             writers = {"dd": lambda: dd_mb_s(root, size_mb, fsync=False)}
+            if native.AVAILABLE:
+                writers["floor"] = lambda: floor_mb_s(root, size_mb)
             for impl in impls:
                 writers[f"{impl}_r1"] = lambda s=stores[impl], i=impl: store_mb_s(s, size_mb, 1, "/bench/r1", i)
                 writers[f"{impl}_r3"] = lambda s=stores[impl], i=impl: store_mb_s(s, size_mb, 3, "/bench/r3", i)
@@ -137,6 +152,10 @@ def compare(size_mb: int, rounds: int, directory: Path | None) -> dict:
         ratios[f"{impl}_r1/dd"] = statistics.median(a / b for a, b in zip(samples[f"{impl}_r1"], samples["dd"]))
         ratios[f"{impl}_r3/{impl}_r1"] = statistics.median(
             a / b for a, b in zip(samples[f"{impl}_r3"], samples[f"{impl}_r1"]))
+    if "floor" in samples:
+        ratios["native_r1/floor"] = statistics.median(
+            a / b for a, b in zip(samples["native_r1"], samples["floor"]))
+        ratios["floor/dd"] = statistics.median(a / b for a, b in zip(samples["floor"], samples["dd"]))
     for impl in impls:   # MiB per CPU second relative to dd's: what a loaded box does not dilute
         ratios[f"{impl}_r1/dd per CPU second"] = statistics.median(
             d / c for d, c in zip(cpu["dd"], cpu[f"{impl}_r1"]))
@@ -166,6 +185,12 @@ class BlockStoreWrite:
     def track_native_r3_vs_r1(self, cache):
         return cache["ratios"].get("native_r3/native_r1", float("nan"))
 
+    def track_native_r1_vs_floor(self, cache):
+        return cache["ratios"].get("native_r1/floor", float("nan"))
+
+    def track_floor_vs_dd(self, cache):
+        return cache["ratios"].get("floor/dd", float("nan"))
+
     def track_native_vs_python_r1(self, cache):
         return cache["ratios"].get("native_r1/python_r1", float("nan"))
 
@@ -192,7 +217,7 @@ def main(argv=None) -> int:
     print(f"\nwrites of {args.size_mb} MiB, {args.rounds} interleaved rounds, MiB/s (median):")
     for k, v in result["mb_s"].items():
         print(f"  {k:12s} {v:8.1f}   rounds: {' '.join(f'{x:.0f}' for x in result['samples'][k])}")
-    print("CPU ms per MiB (median; dd: its own user+system time; the stores: client + every datanode):")
+    print("CPU ms per MiB (median; dd: its own user+system time; the floor: both its threads; the stores: client + every datanode):")
     for k, v in result["cpu_ms_per_mb"].items():
         print(f"  {k:12s} {v:8.2f}")
     print("ratios (median of per-round ratios):")

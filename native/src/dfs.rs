@@ -87,6 +87,25 @@ fn first_bad_chunk(py: Python<'_>, data: PyBuffer<u8>, sums: PyBuffer<u8>, bpc: 
     }
 }
 
+/// The block-write floor (`dfs_floor`): `total` bytes through a bare verifying pipeline into
+/// `directory`, `packet` data bytes a packet; returns (wall seconds, sender CPU seconds, receiver CPU
+/// seconds). Its files are removed before it returns.
+#[pyfunction]
+#[pyo3(signature = (directory, total, packet=65536, bpc=512, checksum="crc32c", timeout=60.0))]
+fn block_write_floor(py: Python<'_>, directory: std::path::PathBuf, total: usize, packet: usize, bpc: usize,
+                     checksum: &str, timeout: f64) -> PyResult<(f64, f64, f64)> {
+    let (k, bpc) = (kind(checksum)?, check_bpc(bpc)?);
+    if total == 0 || packet == 0 {
+        return Err(PyValueError::new_err(format!(
+            "the floor needs bytes to write and a packet size (total {total}, packet {packet})")));
+    }
+    let timeout = Duration::try_from_secs_f64(timeout).ok().filter(|d| !d.is_zero())
+        .ok_or_else(|| PyValueError::new_err(format!("bad timeout {timeout}")))?;
+    let f = py.allow_threads(|| crate::dfs_floor::write(&directory, total, packet, bpc, k, timeout))
+        .map_err(|e| PyOSError::new_err(format!("the block-write floor: {e}")))?;
+    Ok((f.seconds, f.sender_cpu, f.receiver_cpu))
+}
+
 fn dup(fd: RawFd, what: &str) -> PyResult<RawFd> {
     // SAFETY: dup of a descriptor the caller owns; the copy is ours and closed by its File/TcpStream.
     let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
@@ -325,6 +344,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(crc32c_instruction_floor, m)?)?;
     m.add_function(wrap_pyfunction!(crc32c_instruction_floor_available, m)?)?;
     m.add_function(wrap_pyfunction!(first_bad_chunk, m)?)?;
+    m.add_function(wrap_pyfunction!(block_write_floor, m)?)?;
     m.add_class::<PyBlockStream>()?;
     Ok(())
 }

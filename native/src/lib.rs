@@ -17,6 +17,7 @@ mod blocking;
 mod buffers;
 mod checksum;
 mod dfs;
+mod dfs_floor;
 mod dfs_wire;
 mod dfs_writer;
 mod fetch;

@@ -67,6 +67,25 @@ def test_the_crc32c_instruction_floor_computes_the_same_sums(size):
         native.core.crc32c_instruction_floor(data, 0)
 
 
+@needs_native
+def test_the_block_write_floor_writes_through_and_keeps_nothing(tmp_path):
+    """bench_blockstore.py's floor: every byte through a verifying loopback pipeline into the
+    directory, figures for both threads, and no file left behind; bad input is one line each."""
+    seconds, sender, receiver = native.core.block_write_floor(str(tmp_path), 3 * 65536 + 1000)
+    assert seconds > 0 and sender >= 0 and receiver >= 0
+    assert list(tmp_path.iterdir()) == []
+    native.core.block_write_floor(str(tmp_path), 5000, 1024, 512, "crc32")
+    for args, error, match in [((str(tmp_path), 0), ValueError, "needs bytes to write"),
+                               ((str(tmp_path), 10, 0), ValueError, "needs bytes to write"),
+                               ((str(tmp_path), 10, 512, 0), ValueError, "bytes per checksum must be positive"),
+                               ((str(tmp_path), 10, 512, 512, "md5"), ValueError, "unknown checksum type"),
+                               ((str(tmp_path / "gone"), 10), OSError, "the block-write floor: .*gone.*No such file")]:
+        with pytest.raises(error, match=match) as e:
+            native.core.block_write_floor(*args)
+        assert "\n" not in str(e.value)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("impl", [None, "python"])
 def test_verify_names_the_first_bad_chunk_in_one_line(impl):
     if impl is None and not native.AVAILABLE:

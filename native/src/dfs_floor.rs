@@ -1,0 +1,148 @@
+//! The block-write floor: what a verifying packet pipeline of this design costs on this host with no
+//! protocol around it. One thread does what the client does per packet (copy the caller's bytes into
+//! the packet, a CRC per chunk beside them, one send over loopback tcp); another does what the tail
+//! datanode does (receive the packet whole, verify every chunk, write data and checksums to two files).
+//! No headers to parse, no acknowledgements, no window, no processes: the copies and checksum passes
+//! the design cannot do without. `bench_blockstore.py` puts the block store between it and `dd`, so
+//! a short store says whether the stack or the design fell short.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::checksum::{self, Kind};
+
+/// Wall seconds of the whole write, and the CPU seconds of its sending and receiving threads.
+pub struct Figures {
+    pub seconds: f64,
+    pub sender_cpu: f64,
+    pub receiver_cpu: f64,
+}
+
+fn thread_cpu() -> f64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec for the calling thread's clock
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}
+
+/// The two replica files, removed when dropped (the floor keeps nothing).
+struct Replica {
+    paths: [PathBuf; 2],
+}
+
+impl Replica {
+    fn create(dir: &Path) -> io::Result<(Replica, File, File)> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let stem = format!("hpcnet-write-floor-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        let paths = [dir.join(format!("{stem}.data")), dir.join(format!("{stem}.meta"))];
+        let open = |p: &Path| OpenOptions::new().write(true).create_new(true).open(p)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())));
+        let data = open(&paths[0])?;
+        let replica = Replica { paths: paths.clone() };   // from here on, dropping removes what exists
+        let meta = open(&paths[1])?;
+        Ok((replica, data, meta))
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        for p in &self.paths {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Writes `total` bytes through the floor pipeline into `dir`, `packet` data bytes per packet and a
+/// checksum per `bpc` bytes. The files are removed before it returns.
+pub fn write(dir: &Path, total: usize, packet: usize, bpc: usize, kind: Kind, timeout: Duration) -> io::Result<Figures> {
+    let (replica, mut data_file, mut meta_file) = Replica::create(dir)?;
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let sender = TcpStream::connect_timeout(&addr, timeout)?;
+    let (receiver, _) = listener.accept()?;
+    for s in [&sender, &receiver] {
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(timeout))?;
+        s.set_write_timeout(Some(timeout))?;
+    }
+    let start = Instant::now();
+    let tail = std::thread::Builder::new().name("hpcnet-write-floor".into()).spawn(move || -> io::Result<f64> {
+        let cpu0 = thread_cpu();
+        let mut conn = receiver;
+        let mut buf = Vec::new();
+        let mut left = total;
+        while left > 0 {
+            let mut len = [0u8; 4];
+            conn.read_exact(&mut len)?;
+            let n = u32::from_be_bytes(len) as usize;
+            let data_len = packet.min(left);
+            let sums_len = 4 * data_len.div_ceil(bpc);
+            if n != sums_len + data_len {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a {n}-byte packet, expected {}", sums_len + data_len)));
+            }
+            buf.resize(n, 0);
+            conn.read_exact(&mut buf)?;
+            let (sums, data) = buf.split_at(sums_len);
+            checksum::verify(kind, data, sums, bpc)
+                .map_err(|m| io::Error::new(io::ErrorKind::InvalidData, format!("checksum mismatch: {m:?}")))?;
+            data_file.write_all(data)?;
+            meta_file.write_all(sums)?;
+            left -= data_len;
+        }
+        Ok(thread_cpu() - cpu0)
+    })?;
+    let cpu0 = thread_cpu();
+    let sent = (|| -> io::Result<()> {
+        let source: Vec<u8> = (0..packet as u64).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+        let mut frame = Vec::with_capacity(4 + 4 * packet.div_ceil(bpc) + packet);
+        let mut left = total;
+        let mut conn = &sender;
+        while left > 0 {
+            let data = &source[..packet.min(left)];
+            frame.clear();
+            frame.extend_from_slice(&[0; 4]);
+            checksum::sums_into(kind, data, bpc, &mut frame);
+            frame.extend_from_slice(data);     // the client's copy of the caller's bytes into its packet
+            let n = (frame.len() - 4) as u32;
+            frame[..4].copy_from_slice(&n.to_be_bytes());
+            conn.write_all(&frame)?;
+            left -= data.len();
+        }
+        Ok(())
+    })();
+    let sender_cpu = thread_cpu() - cpu0;
+    if sent.is_err() {
+        let _ = sender.shutdown(Shutdown::Both);   // the tail wakes and ends
+    }
+    let received = tail.join().map_err(|_| io::Error::other("the receiving thread panicked"))?;
+    let seconds = start.elapsed().as_secs_f64();
+    drop(replica);
+    sent?;
+    Ok(Figures { seconds, sender_cpu, receiver_cpu: received? })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_floor_writes_every_byte_and_keeps_nothing() {
+        let dir = std::env::temp_dir().join(format!("hpcnet-floor-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = write(&dir, 3 * 65536 + 1000, 65536, 512, Kind::Crc32c, Duration::from_secs(10)).unwrap();
+        assert!(f.seconds > 0.0 && f.sender_cpu >= 0.0 && f.receiver_cpu >= 0.0);
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_missing_directory_is_one_error_naming_it() {
+        let e = write(Path::new("/nonexistent/hpcnet"), 1000, 512, 512, Kind::Crc32c, Duration::from_secs(1))
+            .err().unwrap();
+        assert!(e.to_string().starts_with("/nonexistent/hpcnet/hpcnet-write-floor-"), "{e}");
+    }
+}
