@@ -99,11 +99,16 @@ fn block_write_floor(py: Python<'_>, directory: std::path::PathBuf, total: usize
         return Err(PyValueError::new_err(format!(
             "the floor needs bytes to write and a packet size (total {total}, packet {packet})")));
     }
-    let timeout = Duration::try_from_secs_f64(timeout).ok().filter(|d| !d.is_zero())
-        .ok_or_else(|| PyValueError::new_err(format!("bad timeout {timeout}")))?;
+    let timeout = positive_seconds(timeout, "timeout")?;
     let f = py.allow_threads(|| crate::dfs_floor::write(&directory, total, packet, bpc, k, timeout))
         .map_err(|e| PyOSError::new_err(format!("the block-write floor: {e}")))?;
     Ok((f.seconds, f.sender_cpu, f.receiver_cpu))
+}
+
+/// `secs` as a timeout a socket accepts (finite, positive); ValueError naming `what` otherwise.
+fn positive_seconds(secs: f64, what: &str) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(secs).ok().filter(|d| !d.is_zero())
+        .ok_or_else(|| PyValueError::new_err(format!("bad {what} {secs}")))
 }
 
 fn dup(fd: RawFd, what: &str) -> PyResult<RawFd> {
@@ -150,10 +155,7 @@ impl PyBlockStream {
     fn new(up: RawFd, down: RawFd, data: RawFd, meta: RawFd, bpc: usize, checksum: &str, index: u64,
            offset: u64, label: String, packet_timeout: f64, prefix: &[u8]) -> PyResult<Self> {
         let (k, bpc) = (kind(checksum)?, check_bpc(bpc)?);
-        let timeout = Duration::try_from_secs_f64(packet_timeout)
-            .ok()
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| PyValueError::new_err(format!("bad packet timeout {packet_timeout}")))?;
+        let timeout = positive_seconds(packet_timeout, "packet timeout")?;
         // SAFETY: each fd is a fresh duplicate owned by the object it is given to.
         let up_stream = unsafe { TcpStream::from_raw_fd(dup(up, "upstream socket")?) };
         let down_stream = if down >= 0 { Some(unsafe { TcpStream::from_raw_fd(dup(down, "downstream socket")?) }) } else { None };

@@ -7,13 +7,14 @@
 //! a short store says whether the stack or the design fell short.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::checksum::{self, Kind};
+use crate::dfs_wire;
 
 /// Wall seconds of the whole write, and the CPU seconds of its sending and receiving threads.
 pub struct Figures {
@@ -76,17 +77,15 @@ pub fn write(dir: &Path, total: usize, packet: usize, bpc: usize, kind: Kind, ti
         let mut buf = Vec::new();
         let mut left = total;
         while left > 0 {
-            let mut len = [0u8; 4];
-            conn.read_exact(&mut len)?;
-            let n = u32::from_be_bytes(len) as usize;
+            // received as the datanode receives a packet (`dfs_wire::read_frame`)
             let data_len = packet.min(left);
             let sums_len = 4 * data_len.div_ceil(bpc);
+            let n = dfs_wire::read_frame(&mut conn, &mut buf, sums_len + data_len)
+                .map_err(|e| io::Error::other(e.describe()))?;
             if n != sums_len + data_len {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a {n}-byte packet, expected {}", sums_len + data_len)));
             }
-            buf.resize(n, 0);
-            conn.read_exact(&mut buf)?;
-            let (sums, data) = buf.split_at(sums_len);
+            let (sums, data) = buf[4..].split_at(sums_len);
             checksum::verify(kind, data, sums, bpc)
                 .map_err(|m| io::Error::new(io::ErrorKind::InvalidData, format!("checksum mismatch: {m:?}")))?;
             data_file.write_all(data)?;
@@ -130,7 +129,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_floor_writes_every_byte_and_keeps_nothing() {
+    fn the_floor_runs_to_the_end_and_keeps_nothing() {
         let dir = std::env::temp_dir().join(format!("hpcnet-floor-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let f = write(&dir, 3 * 65536 + 1000, 65536, 512, Kind::Crc32c, Duration::from_secs(10)).unwrap();
