@@ -119,9 +119,10 @@ def _checksum_gate(claim_id: str, baseline: tuple[str, str], measure, claim) -> 
 
 
 def test_checksum_cpu_native_crc32c_vs_instruction_floor(measure, claim):
-    """What the native per-chunk CRC32C path (the datanode's) spends per KiB over the CPU's bare
-    ``crc32`` instruction loop on the same chunks (``crc32c_instruction_floor``): its own overhead,
-    which moves little with the host because both are bound by the same instruction."""
+    """What the native per-chunk CRC32C path (the datanode's: three chunks' chains side by side)
+    spends per KiB against the CPU's bare ``crc32`` loop over the same chunks one after the other
+    (``crc32c_instruction_floor``): its interleaving and its own overhead, which move little with
+    the host because both are bound by the same instruction."""
     if not native.AVAILABLE:
         pytest.skip(native.WHY_NOT)
     if not native.core.crc32c_instruction_floor_available():
