@@ -9,6 +9,7 @@ import os
 import struct
 import time
 import zlib
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +23,7 @@ from pytest_hpcnet.reference.dfs.native import resolve_impl
 from pytest_hpcnet.reference.dfs.store import BlockStore
 from pytest_hpcnet.reference.dfs.wire import decode, encode
 from pytest_hpcnet.reference.transport import get_transport
+from pytest_hpcnet.workloads.dfsio.pipeline_cost import pipeline_cpu_ms_per_mb, pipeline_on_one_core
 
 needs_native = pytest.mark.skipif(not native.AVAILABLE, reason=native.WHY_NOT)
 KB = 1024
@@ -271,3 +273,34 @@ def test_a_packet_out_of_place_is_refused(store):
     conn.close()
     assert not list((store.dirs["node0"] / "data").glob("blk_770200*"))
     _alive_and_serving(store)
+
+
+def _threads(pid: int) -> list[int]:
+    return [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="this platform cannot pin threads to a CPU")
+def test_a_pipeline_is_pinned_to_one_cpu_and_let_go_after(store, monkeypatch):
+    """The CPU-time gate's pinning: this thread and every datanode thread on one CPU inside the block,
+    each datanode's CPUs given back after; nothing pinned where a datanode is not a process here."""
+    with store.client(replication=2, block_size=BLOCK, packet_size=16 * KB, node="node0") as c:
+        replies = [c._dn_request({"name": n, "address": a}, {"op": "cpu"})
+                   for n, a in c.meta("datanodes")["datanodes"].items()]
+        pids = [int(r["process"].split(":")[1]) for r in replies]
+        before = {pid: os.sched_getaffinity(pid) for pid in pids}
+        mine = os.sched_getaffinity(0)
+        with pipeline_on_one_core(c) as pinned:
+            assert pinned
+            cpu = os.sched_getaffinity(0)
+            assert len(cpu) == 1
+            assert pipeline_cpu_ms_per_mb(c, "/pinned", 1, 2) > 0
+            for pid in pids:
+                assert {frozenset(os.sched_getaffinity(t)) for t in _threads(pid)} == {frozenset(cpu)}
+        assert os.sched_getaffinity(0) == mine
+        for pid in pids:
+            assert {frozenset(os.sched_getaffinity(t)) for t in _threads(pid)} == {frozenset(before[pid])}
+
+        real = c._dn_request
+        monkeypatch.setattr(c, "_dn_request", lambda node, header: {**real(node, header), "process": "elsewhere:1:1"})
+        with pipeline_on_one_core(c) as pinned:
+            assert not pinned and os.sched_getaffinity(0) == mine

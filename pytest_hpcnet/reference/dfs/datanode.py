@@ -33,6 +33,7 @@ from pathlib import Path
 
 from .. import auth
 from ...cluster.nodeprogram import announce, node_main, serve_until_signalled
+from ...cluster.reaper import controller_id
 from ...timeouts import scaled
 from ..transport import TransportError, get_transport
 from . import checksums
@@ -115,7 +116,9 @@ class DataNode:
         if op == "ping":
             return {"name": self.name, "auth_refused": sum(auth.refused.values())}
         if op == "cpu":       # this process's CPU seconds so far (every thread, exited ones too)
-            return {"name": self.name, "impl": self.impl, "cpu_s": time.process_time()}
+            # and which process it is (boot:pid:start), so a measurement on the same host can pin it
+            return {"name": self.name, "impl": self.impl, "cpu_s": time.process_time(),
+                    "process": controller_id()}
         if op == "delete_blocks":
             ids = [_block_id(b) for b in h["blocks"]]
             deleted = 0
