@@ -13,10 +13,12 @@ import pytest
 from pytest_hpcnet.measure import measurement
 from pytest_hpcnet.options import env_int
 from pytest_hpcnet.reference.dfs.store import BlockStore
+from pytest_hpcnet.reference.dfs.wire import PACKET_SIZE
 from pytest_hpcnet.reference import native
 from pytest_hpcnet.reference.transport import TRANSPORTS, verbs
 from pytest_hpcnet.workloads.dfsio import FsTarget, parse_dfsio_args, run_dfsio
-from pytest_hpcnet.workloads.dfsio.pipeline_cost import interleaved_checksum_cost, pipeline_cpu_ms_per_mb
+from pytest_hpcnet.workloads.dfsio.pipeline_cost import (floor_cpu_ms_per_mb, interleaved_checksum_cost,
+                                                       pipeline_cpu_ms_per_mb, pipeline_on_one_core)
 
 ROUNDS = 12
 SIZE = "2MB"
@@ -84,6 +86,9 @@ CPU_ROUNDS = 12
 # caught 89% of 20% regressions in gate_quality's model of 8 runs on this box, short of 95%
 CHECKSUM_ROUNDS = CHECKSUM_PROCESSES = 24
 PIPELINE_MB, PIPELINE_PACKET, PIPELINE_BLOCK = 8, 8 * 1024, 4 << 20
+# the stack-over-floor gate: 64 MiB a write (one block), 30 rounds (about 20 s); a round's ratio
+# moves +-15% (page-cache state, the datanode's per-block threads), the median of 30 about +-4%
+FLOOR_MB, FLOOR_ROUNDS, FLOOR_BLOCK = 64, 30, 128 << 20
 
 
 @pytest.fixture
@@ -161,6 +166,36 @@ def test_blockstore_pipeline_cpu_native_vs_python(native_and_python_stores, clus
                      for name, samples in ((paired.baseline_name, paired.baseline),
                                            (paired.candidate_name, paired.candidate))))
     claim("dfsio.local.blockstore.native_vs_python.cpu", paired)
+
+
+def test_blockstore_cpu_native_r1_vs_floor(native_and_python_stores, cluster, workdirs, measure, claim):
+    """CPU per MiB of a replication-1 write through the native pipeline (client and datanode, 64 KiB
+    packets) against the native block-write floor (the same copies and checksum passes with no
+    protocol) into the same node's directory: what the stack costs over its design. Both run on one
+    CPU (``pipeline_on_one_core``), so what is measured is their work, not the wake-ups between CPUs."""
+    node = cluster.names[0]
+    client = native_and_python_stores["native"].client(block_size=FLOOR_BLOCK, impl="native", node=node)
+    floor_dir = workdirs[node] / "dfs-floor"
+    floor_dir.mkdir(parents=True, exist_ok=True)
+    metric = "dfsio.write.cpu_ms_per_mb"
+    try:
+        with pipeline_on_one_core(client) as pinned:
+            if not pinned:
+                pytest.skip(f"the datanodes of cluster {cluster.source} are not all processes on this host "
+                            "(or it cannot pin threads to a CPU): this gate needs both ends on one CPU")
+            paired = measure.paired(
+                ("blockstore,transport=tcp,replication=1,impl=floor",
+                 lambda: floor_cpu_ms_per_mb(floor_dir, FLOOR_MB, PACKET_SIZE)),
+                ("blockstore,transport=tcp,replication=1,impl=native",
+                 lambda: pipeline_cpu_ms_per_mb(client, "/cpu/r1", FLOOR_MB, 1)),
+                rounds=FLOOR_ROUNDS, metric=metric)
+    finally:
+        client.close()
+    measure.record(*(measurement(metric, samples, unit="ms/MiB", direction="lower", config=name,
+                                 nodes=[node], params={"size_mb": FLOOR_MB, "packet": PACKET_SIZE, "cpus": 1})
+                     for name, samples in ((paired.baseline_name, paired.baseline),
+                                           (paired.candidate_name, paired.candidate))))
+    claim("dfsio.local.blockstore.native_r1_vs_floor.cpu", paired)
 
 
 @pytest.mark.edr
