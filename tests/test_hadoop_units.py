@@ -215,6 +215,33 @@ def test_minicluster_waits_out_a_half_written_details_file(tmp_path, monkeypatch
         mc.proc.wait()
 
 
+def test_the_client_conf_keeps_what_we_asked_for_over_the_rms_own(tmp_path, monkeypatch):
+    """YARN's MiniCluster serves ``mapreduce.job.ubertask.enable=false`` at the RM's /conf whatever we
+    passed it; jobs read the client's configuration, so ours must win there (uber mode was silently off)."""
+    mc = MiniCluster(HadoopRuntime(java="java", jar_dir=tmp_path), tmp_path, start_timeout=30,
+                     overrides={"mapreduce.task.io.sort.mb": "48"})
+    mc.conf_dir.mkdir()
+    details, written = tmp_path / "details.json", tmp_path / "manager-conf.xml"
+    details.write_text('{"namenode_port": 9, "resourcemanager_port": 8}')
+    write_hadoop_xml(written, {"fs.defaultFS": "hdfs://localhost:9"})
+    write_hadoop_xml(tmp_path / "rm.xml", {"mapreduce.job.ubertask.enable": "false", "mapreduce.task.io.sort.mb": "100",
+                                           "mapreduce.client.completion.pollinterval": "5000",
+                                           "mapreduce.framework.name": "yarn"})
+    monkeypatch.setattr(mc, "_get", lambda path, deadline: (tmp_path / "rm.xml").read_bytes())
+    monkeypatch.setattr(mc, "running_nodemanagers", lambda: 2)
+    mc.proc = subprocess.Popen(["sleep", "60"])
+    try:
+        mc._wait_ready(details, written)
+    finally:
+        mc.proc.kill()
+        mc.proc.wait()
+    client = read_hadoop_xml(mc.conf_dir / "mapred-site.xml")
+    assert client["mapreduce.job.ubertask.enable"] == "true"
+    assert client["mapreduce.task.io.sort.mb"] == "48"                 # an override wins over SMALL_BOX too
+    assert client["mapreduce.client.completion.pollinterval"] == "200"
+    assert client["mapreduce.framework.name"] == "yarn"                # what only the RM has is kept
+
+
 def test_kill_tree_reaches_children_in_their_own_sessions(tmp_path):
     """NodeManager containers run under setsid: a process-group kill of the JVM would miss them."""
     pidfile = tmp_path / "grandchild"

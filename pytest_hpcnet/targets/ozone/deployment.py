@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 from ..hadoop.jobs import run_program
-from ..hadoop.minicluster import SMALL_BOX, free_port, write_client_conf
+from ..hadoop.minicluster import SHORT_POLLS, SMALL_BOX, free_port, write_client_conf
 from ..hadoop.runtime import JAVA17_OPENS
 from .daemons import Daemon, DaemonError
 
@@ -99,7 +99,7 @@ class Deployment:
         nn, rm = self.storage[0].address(), self.yarn[0].address()
         cp = self.classpath_for_jobs()
         return {
-            **SMALL_BOX, **OZONE_SMALL,
+            **SMALL_BOX, **SHORT_POLLS, **OZONE_SMALL,
             "mapreduce.job.ubertask.enable": "false",      # a real cluster's jobs run in containers
             "fs.defaultFS": f"hdfs://{nn}:{free_port()}",
             "fs.ofs.impl": "org.apache.hadoop.fs.ozone.RootedOzoneFileSystem",
@@ -122,7 +122,6 @@ class Deployment:
                                               "CLASSPATH_PREPEND_DISTCACHE,HADOOP_YARN_HOME,HADOOP_MAPRED_HOME",
             "yarn.app.mapreduce.am.command-opts": _opts("-Xmx300m"),
             "mapreduce.map.java.opts": _opts("-Xmx200m"), "mapreduce.reduce.java.opts": _opts("-Xmx200m"),
-            "yarn.resourcemanager.nodemanagers.heartbeat-interval-ms": "500",
         }
 
     def _write_conf(self, where: Path, conf: dict) -> Path:
