@@ -180,17 +180,24 @@ def test_minicluster_rejects_bad_sizes_and_home_mode(tmp_path):
         MiniCluster(HadoopRuntime(java="java", hadoop_home=tmp_path), tmp_path)
 
 
-def test_minicluster_waits_out_a_half_written_details_file(tmp_path, monkeypatch):
-    """On a loaded box the manager may still be writing -writeDetails when we look: read it again. A
-    manager whose main thread died, or whose JVM exited, fails at once instead."""
-    mc = MiniCluster(HadoopRuntime(java="java", jar_dir=tmp_path), tmp_path, start_timeout=30)
+def _faked_manager(tmp_path, monkeypatch, rm_conf: dict, **kwargs):
+    """A MiniCluster whose manager is a sleeping process: the manager's conf file written, the RM's /conf
+    answered with ``rm_conf``, two nodemanagers running. Returns (it, details file, manager conf file)."""
+    mc = MiniCluster(HadoopRuntime(java="java", jar_dir=tmp_path), tmp_path, start_timeout=30, **kwargs)
     mc.conf_dir.mkdir()
     details, written = tmp_path / "details.json", tmp_path / "manager-conf.xml"
     write_hadoop_xml(written, {"fs.defaultFS": "hdfs://localhost:9"})
-    write_hadoop_xml(tmp_path / "rm.xml", {"mapreduce.framework.name": "yarn"})
+    write_hadoop_xml(tmp_path / "rm.xml", rm_conf)
     monkeypatch.setattr(mc, "_get", lambda path, deadline: (tmp_path / "rm.xml").read_bytes())
     monkeypatch.setattr(mc, "running_nodemanagers", lambda: 2)
     mc.proc = subprocess.Popen(["sleep", "60"])
+    return mc, details, written
+
+
+def test_minicluster_waits_out_a_half_written_details_file(tmp_path, monkeypatch):
+    """On a loaded box the manager may still be writing -writeDetails when we look: read it again. A
+    manager whose main thread died, or whose JVM exited, fails at once instead."""
+    mc, details, written = _faked_manager(tmp_path, monkeypatch, {"mapreduce.framework.name": "yarn"})
     try:
         details.write_text('{"namenode_port": 9, "resourcemanager')
         later = threading.Timer(1.5, details.write_text, ['{"namenode_port": 9, "resourcemanager_port": 8}'])
@@ -218,18 +225,11 @@ def test_minicluster_waits_out_a_half_written_details_file(tmp_path, monkeypatch
 def test_the_client_conf_keeps_what_we_asked_for_over_the_rms_own(tmp_path, monkeypatch):
     """YARN's MiniCluster serves ``mapreduce.job.ubertask.enable=false`` at the RM's /conf whatever we
     passed it; jobs read the client's configuration, so ours must win there (uber mode was silently off)."""
-    mc = MiniCluster(HadoopRuntime(java="java", jar_dir=tmp_path), tmp_path, start_timeout=30,
-                     overrides={"mapreduce.task.io.sort.mb": "48"})
-    mc.conf_dir.mkdir()
-    details, written = tmp_path / "details.json", tmp_path / "manager-conf.xml"
+    rm_conf = {"mapreduce.job.ubertask.enable": "false", "mapreduce.task.io.sort.mb": "100",
+               "mapreduce.client.completion.pollinterval": "5000", "mapreduce.framework.name": "yarn"}
+    mc, details, written = _faked_manager(tmp_path, monkeypatch, rm_conf,
+                                          overrides={"mapreduce.task.io.sort.mb": "48"})
     details.write_text('{"namenode_port": 9, "resourcemanager_port": 8}')
-    write_hadoop_xml(written, {"fs.defaultFS": "hdfs://localhost:9"})
-    write_hadoop_xml(tmp_path / "rm.xml", {"mapreduce.job.ubertask.enable": "false", "mapreduce.task.io.sort.mb": "100",
-                                           "mapreduce.client.completion.pollinterval": "5000",
-                                           "mapreduce.framework.name": "yarn"})
-    monkeypatch.setattr(mc, "_get", lambda path, deadline: (tmp_path / "rm.xml").read_bytes())
-    monkeypatch.setattr(mc, "running_nodemanagers", lambda: 2)
-    mc.proc = subprocess.Popen(["sleep", "60"])
     try:
         mc._wait_ready(details, written)
     finally:
