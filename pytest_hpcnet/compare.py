@@ -29,8 +29,6 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from scipy import stats
-
 from .errors import ConfigError
 from .measure import Measurement
 from .results import RunRecord
@@ -150,6 +148,9 @@ def compare_measurements(a: Measurement, b: Measurement, *, factor: float = DEFA
     ratio = _ratio(a.value, b.value)
     p = None
     if len(a.samples) >= MIN_SAMPLES and len(b.samples) >= MIN_SAMPLES:
+        # imported here: scipy.stats takes about a second to import, and every `hpcnet` command loads
+        # this module to build its parser
+        from scipy import stats
         p = float(stats.mannwhitneyu(a.samples, b.samples, alternative="two-sided").pvalue)
         if math.isnan(p):       # every sample identical on both sides: no evidence of a change
             p = 1.0

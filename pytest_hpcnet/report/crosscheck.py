@@ -18,7 +18,6 @@ import re
 import statistics
 
 import numpy as np
-from scipy import stats
 from tabulate import tabulate
 
 from ..measure import ratio_ci
@@ -74,6 +73,7 @@ def judge(runs: list, baseline: str, candidate: str, metric: str = "elapsedTime"
     if np.ptp(np.log(b)) == 0 and np.ptp(np.log(c)) == 0:
         p = 0.0 if b[0] != c[0] else 1.0        # no spread at all: the t statistic is undefined
     else:
+        from scipy import stats     # here, not at the top: a second's import for every `hpcnet` command
         p = float(stats.ttest_ind(np.log(b), np.log(c), equal_var=False).pvalue)
     significant = bool(p < ALPHA and (ci.lo > 1.0 or ci.hi < 1.0))
     direction = "higher" if ci.ratio > 1 else "lower"
