@@ -179,9 +179,11 @@ netns-suites: setup
 # the stable toolchain (--sanitizer none needs no nightly; debug assertions and overflow checks stay
 # on). Each target starts from its committed corpus (native/fuzz/corpus/<target>; what a run finds
 # goes to native/fuzz/target/corpus, not into git) and runs FUZZ_SECONDS; a crash fails, its input
-# in native/fuzz/artifacts/<target>. Skipped, and said so, where cargo is not.
+# in native/fuzz/artifacts/<target>. Skipped, and said so, where cargo is not. libFuzzer runs on one core, so
+# FUZZ_JOBS targets (one per core) run at a time, each for its own FUZZ_SECONDS; they are reported in order after.
 FUZZ_TARGETS ?= frame connection request response shm packet
 FUZZ_SECONDS ?= 15
+FUZZ_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 CARGO_FUZZ_VERSION ?= 0.13.2
 fuzz:
 	@if ! command -v cargo >/dev/null 2>&1; then echo "fuzz: cargo not found: the native fuzz targets are skipped"; exit 0; fi; \
@@ -193,13 +195,14 @@ fuzz:
 	if ! cargo fuzz build --sanitizer none >fuzz/target/build.log 2>&1; then \
 	    echo "fuzz: building the targets failed:" >&2; tail -n 40 fuzz/target/build.log >&2; exit 1; fi; \
 	echo "fuzz: targets built in $$(( $$(date +%s) - start )) s"; \
+	rm -f fuzz/target/*.rc; for t in $(FUZZ_TARGETS); do echo $$t; done | xargs -P $(FUZZ_JOBS) -I{} sh -c \
+	    'mkdir -p fuzz/target/corpus/{}; cargo fuzz run --sanitizer none {} fuzz/target/corpus/{} fuzz/corpus/{} -- \
+	        -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 >fuzz/target/{}.log 2>&1; \
+	     echo $$? >fuzz/target/{}.rc'; \
 	for t in $(FUZZ_TARGETS); do \
-	    mkdir -p fuzz/target/corpus/$$t; \
-	    cargo fuzz run --sanitizer none $$t fuzz/target/corpus/$$t fuzz/corpus/$$t -- \
-	        -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 >fuzz/target/$$t.log 2>&1; \
-	    rc=$$?; \
+	    rc=$$(cat fuzz/target/$$t.rc 2>/dev/null || echo "no exit status"); \
 	    done_line=$$(grep -a 'DONE ' fuzz/target/$$t.log | tail -n 1); \
-	    if [ $$rc != 0 ]; then echo "fuzz: $$t FAILED (exit $$rc), native/fuzz/target/$$t.log:" >&2; \
+	    if [ "$$rc" != 0 ]; then echo "fuzz: $$t FAILED (exit $$rc), native/fuzz/target/$$t.log:" >&2; \
 	        grep -a -E -A1 'panicked at|==ERROR|^SUMMARY' fuzz/target/$$t.log | head -n 8 >&2; \
 	        tail -n 12 fuzz/target/$$t.log >&2; exit 1; fi; \
 	    echo "fuzz: $$t: $$(echo "$$done_line" | sed -E 's|^#([0-9]+)[[:space:]]+DONE[[:space:]]+cov: ([0-9]+) ft: ([0-9]+) corp: ([0-9]+)/[^ ]+ .*exec/s: ([0-9]+).*|\1 runs in $(FUZZ_SECONDS) s (\5 exec/s), coverage: \2 edges, \3 features, corpus \4 inputs|')"; \
