@@ -18,7 +18,7 @@ from pytest_hpcnet.errors import ConfigError
 from pytest_hpcnet.report.crosscheck import judge, read_verdict, render, summarize
 from pytest_hpcnet.targets import load_target
 from pytest_hpcnet.targets.hadoop import budget, jobs, yarn
-from pytest_hpcnet.targets.hadoop.minicluster import (MiniCluster, MiniClusterError, kill_tree, read_hadoop_xml,
+from pytest_hpcnet.targets.hadoop.minicluster import (MiniCluster, MiniClusterError, kill_tree, kill_trees, read_hadoop_xml,
                                                       write_client_conf, write_hadoop_xml)
 from pytest_hpcnet.targets.hadoop.runtime import HadoopRuntime, HadoopUnavailable, find_java, find_runtime
 from pytest_hpcnet.workloads.crosscheck import Run
@@ -240,6 +240,33 @@ def test_the_client_conf_keeps_what_we_asked_for_over_the_rms_own(tmp_path, monk
     assert client["mapreduce.task.io.sort.mb"] == "48"                 # an override wins over SMALL_BOX too
     assert client["mapreduce.client.completion.pollinterval"] == "200"
     assert client["mapreduce.framework.name"] == "yarn"                # what only the RM has is kept
+
+
+def test_kill_trees_tells_every_process_to_stop_before_waiting_on_any(tmp_path):
+    """A deployment's daemons are stopped together: each takes a moment to shut down after SIGTERM, and
+    none waits for another's shutdown before its own SIGTERM."""
+    script = ("import signal, sys, time\n"
+              "log = open(sys.argv[1], 'w', buffering=1)\n"
+              "def stop(*_):\n"
+              "    log.write(f'term {time.monotonic()}\\n'); time.sleep(0.5)\n"
+              "    log.write(f'exit {time.monotonic()}\\n'); sys.exit(0)\n"
+              "signal.signal(signal.SIGTERM, stop)\n"
+              "log.write('ready\\n'); time.sleep(300)\n")
+    logs = [tmp_path / f"p{i}" for i in range(3)]
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(log)], start_new_session=True) for log in logs]
+    try:
+        deadline = time.monotonic() + 10
+        while not all(log.exists() and "ready" in log.read_text() for log in logs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        kill_trees([p.pid for p in procs], grace=5)
+        for p in procs:
+            assert p.wait(timeout=5) == 0          # each shut down on SIGTERM, none needed SIGKILL
+        events = [dict(line.split() for line in log.read_text().splitlines()[1:]) for log in logs]
+        assert max(float(e["term"]) for e in events) < min(float(e["exit"]) for e in events)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
 
 
 def test_kill_tree_reaches_children_in_their_own_sessions(tmp_path):

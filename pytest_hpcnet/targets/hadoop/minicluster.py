@@ -136,7 +136,13 @@ def descendants(pid: int) -> list[int]:
 
 def kill_tree(pid: int, grace: float = 5.0) -> None:
     """SIGTERM ``pid`` and all its descendants (and their process groups), then SIGKILL survivors."""
-    procs = [pid, *descendants(pid)]
+    kill_trees([pid], grace)
+
+
+def kill_trees(pids: list[int], grace: float = 5.0) -> None:
+    """``kill_tree`` of several processes at once: one grace period for all (a JVM's shutdown hooks take
+    seconds, so stopping a deployment's daemons one after another took 40 s)."""
+    procs = [q for pid in pids for q in (pid, *descendants(pid))]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for p in procs:
             for kill in (os.kill, os.killpg):

@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 from ..hadoop.jobs import run_program
-from ..hadoop.minicluster import SHORT_POLLS, SMALL_BOX, free_port, write_client_conf
+from ..hadoop.minicluster import SHORT_POLLS, SMALL_BOX, free_port, kill_trees, write_client_conf
 from ..hadoop.runtime import JAVA17_OPENS
 from .daemons import Daemon, DaemonError
 
@@ -302,6 +302,8 @@ class Deployment:
         return {"om": (h, ports["om"])}
 
     def close(self) -> None:
+        # every daemon's JVM told to stop at once, then each daemon's launcher cleans up after it
+        kill_trees([d.proc.pid for d in self.daemons if d.proc is not None and d.proc.poll() is None])
         for d in reversed(self.daemons):
             d.stop()
         self.daemons.clear()
