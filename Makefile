@@ -77,8 +77,8 @@ $(OZONE_JARS)/.fetched: targets/ozone/pom.xml $(STAMP)
 
 # The conformance files are written against the target fixture; run once more with --hpcnet-target
 # hadoop (a session option), their tests drive Apache Hadoop's own programs (the tests that exercise the
-# reference directly skip there). Hence a second pytest (one process: one MiniCluster) after the first,
-# when the jars were fetched; HADOOP_TESTS= leaves it out. Each pytest writes its own run record (.hpcnet/<time>-<host>-<pid>.json).
+# reference directly skip there). Hence a pytest of its own after the first, when the jars were fetched;
+# HADOOP_TESTS= leaves it out. It writes its own run record (.hpcnet/<time>-<host>-<pid>.json).
 HADOOP_TESTS ?= suites/mapreduce/test_conformance.py suites/dfsio/test_conformance.py suites/rpc/test_conformance.py \
                 suites/crosscheck/test_crosscheck.py
 # Seed 002 on separate HDFS, YARN and Ozone daemons across netns hosts (root only): JVMs waiting on jobs
@@ -88,8 +88,9 @@ OZONE_TESTS ?= suites/crosscheck/test_ozone.py
 # HADOOP_MINICLUSTER_TESTS (`hpcnet crosscheck --target hadoop --conf-dir`): not twice per CI.
 HADOOP_DESELECT ?= suites/crosscheck/test_crosscheck.py::test_crosscheck_interleaves_records_and_judges
 # Real Hadoop on one MiniCluster against the reference target (its TeraGen's bytes, TeraValidate of
-# our TeraSort, RPCCallBenchmark both ways, the crosscheck command): JVMs waiting on jobs, ~7 min in
-# one worker, so this step runs it after HADOOP_TESTS rather than the first pytest, which it held up.
+# our TeraSort, RPCCallBenchmark both ways, the crosscheck command): JVMs waiting on jobs, ~4 min in
+# one worker, so not in the first pytest, which it held up. It runs in HADOOP_TESTS' pytest: one process,
+# so one MiniCluster serves both (targets/hadoop/shared.py), started and warmed up once.
 HADOOP_MINICLUSTER_TESTS ?= suites/crosscheck/test_hadoop.py
 
 # The Soft-RoCE guest (QEMU, two emulated CPUs) runs alone in its own step: beside another pytest worker
@@ -132,18 +133,14 @@ guest: setup
 	else $(PY) -m pytest $(GUEST_TESTS) -p no:cacheprovider -rs $(PYTEST_ARGS); fi
 
 hadoop-target: setup hadoop-jars
-	@if [ -z "$(strip $(HADOOP_TESTS))" ]; then echo "make hadoop-target: HADOOP_TESTS is empty: no --hpcnet-target hadoop run"; \
+	@if [ -z "$(strip $(HADOOP_TESTS) $(HADOOP_MINICLUSTER_TESTS))" ]; then \
+	    echo "make hadoop-target: HADOOP_TESTS and HADOOP_MINICLUSTER_TESTS are empty: no Hadoop run"; \
 	elif [ ! -f $(HADOOP_JARS)/.fetched ]; then \
 	    echo "make hadoop-target: no $(HADOOP_JARS)/.fetched (see hadoop-jars above): the --hpcnet-target hadoop run is skipped"; \
 	else \
-	    $(PY) -m pytest $(HADOOP_TESTS) $(addprefix --deselect=,$(HADOOP_DESELECT)) -p no:cacheprovider \
-	        --hpcnet-target hadoop $(PYTEST_ARGS); status=$$?; \
+	    $(PY) -m pytest $(HADOOP_TESTS) $(HADOOP_MINICLUSTER_TESTS) $(addprefix --deselect=,$(HADOOP_DESELECT)) \
+	        -p no:cacheprovider -rs --hpcnet-target hadoop $(PYTEST_ARGS); status=$$?; \
 	    if [ $$status = 5 ]; then echo "make hadoop-target: pytest --hpcnet-target hadoop collected no tests" >&2; fi; \
-	    if [ -n "$(strip $(HADOOP_MINICLUSTER_TESTS))" ]; then \
-	        $(PY) -m pytest $(HADOOP_MINICLUSTER_TESTS) -p no:cacheprovider -rs $(PYTEST_ARGS); s=$$?; \
-	        if [ $$s = 5 ]; then echo "make hadoop-target: pytest $(HADOOP_MINICLUSTER_TESTS) collected no tests" >&2; fi; \
-	        [ $$status = 0 ] && status=$$s; \
-	    fi; \
 	    exit $$status; \
 	fi
 
