@@ -6,13 +6,16 @@
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use super::cm::{self, Event, VerbsListener};
 use super::end::VerbsEnd;
 use super::ffi::Mr;
 use super::{LOCAL_WRITE, REMOTE_READ, REMOTE_WRITE};
+
+/// How often a writer waiting for credits looks at its cut flag (`write_all_or_cut`).
+const CUT_SLICE: Duration = Duration::from_millis(50);
 
 fn timed_out(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, format!("{what} on the RDMA connection did not complete within the timeout"))
@@ -39,7 +42,7 @@ struct RxFrame {
 /// One Python-facing connection. The listener (when accepted) is kept alive by its children: its
 /// event channel must outlive every child cm id.
 pub struct Conn {
-    end: VerbsEnd,
+    end: Arc<VerbsEnd>,
     regions: Mutex<HashMap<u64, Registration>>,
     next_region: AtomicU64,
     rx: Mutex<RxFrame>,
@@ -66,6 +69,10 @@ impl Conn {
     }
 
     fn new(end: VerbsEnd, listener: Option<Arc<ListenerCore>>) -> Conn {
+        let end = Arc::new(end);
+        if let Some(l) = &listener {
+            l.children.lock().unwrap().insert(end.cm_id as usize, Arc::downgrade(&end));
+        }
         Conn { end, regions: Mutex::new(HashMap::new()), next_region: AtomicU64::new(1), rx: Mutex::default(),
                tx: Mutex::new(()), one_sided: Mutex::new(()), _listener: listener }
     }
@@ -76,6 +83,12 @@ impl Conn {
 
     /// Every byte of `bufs`, in order, before the deadline (waiting for credits as needed).
     pub fn write_all(&self, bufs: &[&[u8]], timeout: Duration) -> io::Result<()> {
+        self.write_all_or_cut(bufs, timeout, &AtomicBool::new(false))
+    }
+
+    /// `write_all`, given up (ConnectionAborted) when `cut` is set while it waits for credits: a
+    /// writer whose peer stopped reading (a pipeline stage that failed) is not held to the timeout.
+    pub fn write_all_or_cut(&self, bufs: &[&[u8]], timeout: Duration, cut: &AtomicBool) -> io::Result<()> {
         let deadline = Instant::now() + timeout;
         let _one_writer = self.tx.lock().unwrap();   // messages of two threads never interleave
         let (mut i, mut off) = (0, 0);
@@ -101,10 +114,14 @@ impl Conn {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if cut.load(Ordering::SeqCst) {
+                        return Err(io::Error::new(io::ErrorKind::ConnectionAborted, "the sender was cut off"));
+                    }
                     let now = Instant::now();
-                    if now >= deadline || !self.end.wait(true, deadline - now) {
+                    if now >= deadline {
                         return Err(timed_out("sending (the peer returned no send credits)"));
                     }
+                    self.end.wait(true, (deadline - now).min(CUT_SLICE));
                 }
                 Err(e) => return Err(e),
             }
@@ -112,8 +129,9 @@ impl Conn {
         Ok(())
     }
 
-    /// At least one byte into `buf` before the deadline; the peer's CLOSE is an error.
-    fn read_some(&self, buf: &mut [u8], deadline: Instant) -> io::Result<usize> {
+    /// At least one byte into `buf` before the deadline; the peer's CLOSE is an error. Raw bytes,
+    /// past the framing state of `recv`: for a reader that took the stream over at a message boundary.
+    pub fn read_some(&self, buf: &mut [u8], deadline: Instant) -> io::Result<usize> {
         loop {
             match self.end.read(buf) {
                 Ok(0) if !buf.is_empty() => return Err(closed(&format!("peer {} closed the connection", self.end.peer))),
@@ -250,6 +268,9 @@ impl Conn {
 
     /// Deregisters every region, then closes the end (the protection domain goes with it). Idempotent.
     pub fn close(&self) {
+        if let Some(l) = &self._listener {   // before the cm id goes: a new child may get its address
+            l.children.lock().unwrap().remove(&(self.end.cm_id as usize));
+        }
         let _one = self.one_sided.lock().unwrap();
         for (_, r) in self.regions.lock().unwrap().drain() {
             self.end.dereg(&r.0);
@@ -278,6 +299,8 @@ impl From<io::Error> for RecvError {
 /// The listening cm id and its channel; shared with the accepted connections.
 pub struct ListenerCore {
     inner: Mutex<VerbsListener>,
+    /// accepted ends by cm id, for the channel's events about them (`accept`)
+    children: Mutex<HashMap<usize, Weak<VerbsEnd>>>,
     fd: i32,
     closed: AtomicBool,
 }
@@ -291,11 +314,12 @@ impl Listener {
     pub fn bind(host: &str, port: u16) -> io::Result<Listener> {
         let l = VerbsListener::bind(host, port)?;
         let (fd, port) = (l.fd, l.port);
-        Ok(Listener { core: Arc::new(ListenerCore { inner: Mutex::new(l), fd, closed: AtomicBool::new(false) }), port })
+        Ok(Listener { core: Arc::new(ListenerCore { inner: Mutex::new(l), children: Mutex::default(), fd, closed: AtomicBool::new(false) }), port })
     }
 
     /// The next connection within the timeout. Other events on the channel (an accepted peer's
-    /// DISCONNECTED) are taken and dropped: its end notices by its CLOSE or a failed work request.
+    /// DISCONNECTED: a killed peer's kernel sends it, and no CLOSE) fail that child's end, so a
+    /// reader that only waits for data from a dead peer learns it is gone.
     pub fn accept(&self, timeout: Duration) -> io::Result<Conn> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -306,7 +330,13 @@ impl Listener {
             match event {
                 Some(Event::Connected(end)) => return Ok(Conn::new(end, Some(self.core.clone()))),
                 Some(Event::Failed(why)) => return Err(io::Error::new(io::ErrorKind::ConnectionAborted, why)),
-                Some(Event::Ended(..)) => continue,
+                Some(Event::Ended(id, why)) => {
+                    let child = self.core.children.lock().unwrap().get(&(id as usize)).and_then(Weak::upgrade);
+                    if let Some(end) = child {
+                        end.fail(format!("{why} (peer {})", end.peer));
+                    }
+                    continue;
+                }
                 None => {}
             }
             let now = Instant::now();

@@ -319,6 +319,9 @@ impl VerbsEnd {
             let mut cap = deadline - now;
             if writable || self.waiters.load(Ordering::SeqCst) > 1 {
                 cap = cap.min(Duration::from_millis(2));
+            } else if self.cm_fd.is_none() {
+                // accepted: the listener's thread learns of a peer's end (`fail`), which wakes no poll
+                cap = cap.min(Duration::from_millis(100));
             }
             let mut fds = vec![libc::pollfd { fd: self.comp_fd, events: libc::POLLIN, revents: 0 }];
             if let Some(fd) = self.cm_fd {
