@@ -3,14 +3,14 @@
 //!
 //! The Python datanode keeps what happens once per block: the credentials handshake, the write
 //! request and its checks, connecting the next datanode, opening the replica files, and making the
-//! replica final. It then hands the descriptors to a `BlockStream`, which runs the per-packet work
-//! with the GIL released: `receive()` (this thread) reads, forwards, verifies and writes packets
-//! (`dfs_wire::receive_packets`); a responder thread relays the downstream's acknowledgements
-//! upstream. The wire format is the Python datanode's, so native and Python stages mix in one pipeline.
+//! replica final. It then hands the connections and files to a `BlockStream`, which runs the
+//! per-packet work with the GIL released: `receive()` (this thread) reads, forwards, verifies and
+//! writes packets (`dfs_wire::receive_packets`); a responder thread relays the downstream's
+//! acknowledgements upstream. The connections are tcp sockets or native verbs ends (`link.rs`). The
+//! wire format is the Python datanode's, so native and Python stages mix in one pipeline.
 
 use std::fs::File;
 use std::io::{BufReader, Write};
-use std::net::{Shutdown, TcpStream};
 use std::os::fd::{FromRawFd, RawFd};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Mutex;
@@ -24,6 +24,7 @@ use pyo3::types::PyBytes;
 
 use crate::checksum::{self, Kind, Mismatch};
 use crate::dfs_wire::{self, Ack, End, Stage};
+use crate::link::Link;
 use crate::pybuf::contiguous;
 
 /// Read buffers: the upstream's packets, and the downstream's acknowledgements.
@@ -121,8 +122,8 @@ fn dup(fd: RawFd, what: &str) -> PyResult<RawFd> {
 }
 
 struct Streams {
-    up: TcpStream,
-    down: Option<TcpStream>,
+    up: Link,
+    down: Option<Link>,
     data: File,
     meta: File,
 }
@@ -133,7 +134,7 @@ struct PyBlockStream {
     streams: Mutex<Option<Streams>>,
     acks: Mutex<Option<Sender<Ack>>>,
     responder: Mutex<Option<JoinHandle<()>>>,
-    down_shutdown: Mutex<Option<TcpStream>>,
+    down_shutdown: Mutex<Option<Link>>,
     kind: Kind,
     bpc: usize,
     index: u64,
@@ -144,29 +145,29 @@ struct PyBlockStream {
 
 #[pymethods]
 impl PyBlockStream {
-    /// `up`/`down` are connected tcp sockets (down = -1: the tail), `data`/`meta` the replica's files
-    /// positioned where the packets go; each is duplicated, the caller keeps and closes its own.
+    /// `up`/`down` are the connections to the previous and next node (down = None: the tail), each a
+    /// tcp socket's descriptor or a native `VerbsConnection` taken over at a message boundary;
+    /// `data`/`meta` the replica's files positioned where the packets go. Descriptors are duplicated;
+    /// the caller keeps and closes its own, and its connections.
     /// `prefix`: bytes of the upstream that the caller's connection already read past its last
     /// message (a peer that did not wait for the setup ack); they come first.
     #[new]
     #[pyo3(signature = (up, down, data, meta, bpc, checksum, index, offset, label, packet_timeout=60.0,
                         prefix=b"".as_slice()))]
     #[allow(clippy::too_many_arguments)]
-    fn new(up: RawFd, down: RawFd, data: RawFd, meta: RawFd, bpc: usize, checksum: &str, index: u64,
-           offset: u64, label: String, packet_timeout: f64, prefix: &[u8]) -> PyResult<Self> {
+    fn new(up: &Bound<'_, PyAny>, down: Option<&Bound<'_, PyAny>>, data: RawFd, meta: RawFd, bpc: usize,
+           checksum: &str, index: u64, offset: u64, label: String, packet_timeout: f64, prefix: &[u8])
+           -> PyResult<Self> {
         let (k, bpc) = (kind(checksum)?, check_bpc(bpc)?);
         let timeout = positive_seconds(packet_timeout, "packet timeout")?;
-        // SAFETY: each fd is a fresh duplicate owned by the object it is given to.
-        let up_stream = unsafe { TcpStream::from_raw_fd(dup(up, "upstream socket")?) };
-        let down_stream = if down >= 0 { Some(unsafe { TcpStream::from_raw_fd(dup(down, "downstream socket")?) }) } else { None };
+        let link = |end: &Bound<'_, PyAny>, what: &str| Link::from_python(end, timeout)
+            .map_err(|e| PyOSError::new_err(format!("{label}: {what}: {e}")));
+        let up_stream = link(up, "upstream")?;
+        let down_stream = down.map(|d| link(d, "downstream")).transpose()?;
+        // SAFETY: each fd is a fresh duplicate owned by the File it is given to.
         let data = unsafe { File::from_raw_fd(dup(data, "replica data file")?) };
         let meta = unsafe { File::from_raw_fd(dup(meta, "replica meta file")?) };
         let io = |e: std::io::Error| PyOSError::new_err(format!("{label}: {e}"));
-        for s in std::iter::once(&up_stream).chain(down_stream.iter()) {
-            s.set_read_timeout(Some(timeout)).map_err(io)?;
-            s.set_write_timeout(Some(timeout)).map_err(io)?;
-            s.set_nodelay(true).map_err(io)?;
-        }
         let down_shutdown = match &down_stream {
             Some(d) => Some(d.try_clone().map_err(io)?),
             None => None,
@@ -241,7 +242,7 @@ impl PyBlockStream {
         }
         if abort {
             if let Some(d) = self.down_shutdown.lock().unwrap().as_ref() {
-                let _ = d.shutdown(Shutdown::Both);   // a responder waiting on the next node's ack wakes
+                d.shutdown();   // a responder waiting on the next node's ack wakes
             }
         }
         let handle = self.responder.lock().unwrap().take();
@@ -278,11 +279,11 @@ impl Write for BufWriteThrough<'_> {
 /// (if there is a next node), then acknowledge it upstream. Errors go up as error acks, once.
 /// Acknowledgements that are ready together go up in one write; they are written before the
 /// responder waits for anything (the next ack from downstream, or the receiver).
-fn respond(rx: Receiver<Ack>, mut up: TcpStream, down: Option<TcpStream>, next: u64, label: &str) {
+fn respond(rx: Receiver<Ack>, mut up: Link, down: Option<Link>, next: u64, label: &str) {
     let mut buf = Vec::new();
     let mut down = down.map(|d| BufReader::with_capacity(ACK_BUFFER, d));
     let mut out: Vec<u8> = Vec::new();
-    let flush = |out: &mut Vec<u8>, up: &mut TcpStream| -> bool {
+    let flush = |out: &mut Vec<u8>, up: &mut Link| -> bool {
         let ok = out.is_empty() || up.write_all(out).is_ok();
         out.clear();
         ok
@@ -337,7 +338,7 @@ fn respond(rx: Receiver<Ack>, mut up: TcpStream, down: Option<TcpStream>, next: 
     }
     flush(&mut out, &mut up);
     if let Some(d) = down.as_ref() {
-        let _ = d.get_ref().shutdown(Shutdown::Both);
+        d.get_ref().shutdown();
     }
 }
 

@@ -9,8 +9,6 @@
 
 use std::collections::VecDeque;
 use std::io::Write;
-use std::net::{Shutdown, TcpStream};
-use std::os::fd::{FromRawFd, RawFd};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -22,6 +20,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use crate::checksum::Kind;
 use crate::dfs_wire;
+use crate::link::Link;
 
 /// How many acknowledged packets' buffers a writer keeps for reuse: a window's worth covers a steady
 /// write (the default window is 16).
@@ -64,7 +63,7 @@ impl Shared {
 #[pyclass(frozen, name = "PacketWriter", module = "pytest_hpcnet_native._native")]
 pub struct PyPacketWriter {
     shared: Arc<Shared>,
-    sock: Mutex<TcpStream>,
+    sock: Mutex<Link>,
     reader: Mutex<Option<JoinHandle<()>>>,
     kind: Kind,
     bpc: usize,
@@ -73,16 +72,25 @@ pub struct PyPacketWriter {
     peer: String,
 }
 
-fn ack_reader(shared: Arc<Shared>, sock: TcpStream, peer: String) {
+/// Reads acknowledgements until the last one or a failure; a failure also cuts the connection, so a
+/// writer blocked on it (a head that stopped reading leaves a verbs sender without credits) stops.
+fn ack_reader(shared: Arc<Shared>, sock: Link, peer: String) {
+    let cut = sock.try_clone();
+    let failed = |bad: u64, reason: String| {
+        shared.fail(bad, reason);
+        if let Ok(c) = &cut {
+            c.shutdown();
+        }
+    };
     let mut buf = Vec::new();
     let mut sock = std::io::BufReader::with_capacity(16 * 1024, sock);   // acks come in batches
     loop {
         let msg = match dfs_wire::read_frame(&mut sock, &mut buf, dfs_wire::MAX_ACK) {
             Ok(n) => &buf[4..4 + n],
-            Err(e) => return shared.fail(0, format!("{peer}: {}", e.describe())),
+            Err(e) => return failed(0, format!("{peer}: {}", e.describe())),
         };
         match dfs_wire::read_ack(msg) {
-            Err((bad, reason)) => return shared.fail(bad, reason),
+            Err((bad, reason)) => return failed(bad, reason),
             Ok(seq) => {
                 let mut s = shared.state.lock().unwrap();
                 match s.unacked.front() {
@@ -102,7 +110,7 @@ fn ack_reader(shared: Arc<Shared>, sock: TcpStream, peer: String) {
                     }
                     _ => {
                         drop(s);
-                        return shared.fail(0, format!("{peer}: unexpected ack {seq}"));
+                        return failed(0, format!("{peer}: unexpected ack {seq}"));
                     }
                 }
             }
@@ -151,12 +159,13 @@ impl PyPacketWriter {
 
 #[pymethods]
 impl PyPacketWriter {
-    /// `sock`: the head datanode's tcp socket after the setup ack (duplicated; the caller keeps its
-    /// own); `acked`: the block's bytes every node already has.
+    /// `sock`: the head datanode's connection after the setup ack, a tcp socket's descriptor
+    /// (duplicated; the caller keeps its own) or a native `VerbsConnection` (shared; the caller closes
+    /// it); `acked`: the block's bytes every node already has.
     #[new]
     #[pyo3(signature = (sock, bpc, checksum, acked, peer, window=16, ack_timeout=60.0))]
     #[allow(clippy::too_many_arguments)]
-    fn new(sock: RawFd, bpc: usize, checksum: &str, acked: u64, peer: String, window: usize,
+    fn new(sock: &Bound<'_, PyAny>, bpc: usize, checksum: &str, acked: u64, peer: String, window: usize,
            ack_timeout: f64) -> PyResult<Self> {
         let kind = Kind::parse(checksum).ok_or_else(|| PyValueError::new_err(format!(
             "unknown checksum type {checksum:?}; choose crc32c or crc32")))?;
@@ -165,15 +174,8 @@ impl PyPacketWriter {
         }
         let ack_timeout = Duration::try_from_secs_f64(ack_timeout)
             .map_err(|_| PyValueError::new_err(format!("bad ack timeout {ack_timeout}")))?;
-        // SAFETY: a fresh duplicate, owned by the TcpStream.
-        let fd = unsafe { libc::fcntl(sock, libc::F_DUPFD_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(PyOSError::new_err(format!("{peer}: {}", std::io::Error::last_os_error())));
-        }
-        let stream = unsafe { TcpStream::from_raw_fd(fd) };
+        let stream = Link::from_python(sock, ack_timeout).map_err(|e| PyOSError::new_err(format!("{peer}: {e}")))?;
         let io = |e: std::io::Error| PyOSError::new_err(format!("{peer}: {e}"));
-        stream.set_read_timeout(Some(ack_timeout)).map_err(io)?;
-        stream.set_write_timeout(Some(ack_timeout)).map_err(io)?;
         let reader_sock = stream.try_clone().map_err(io)?;
         let shared = Arc::new(Shared { state: Mutex::new(State { acked, ..Default::default() }), cond: Condvar::new() });
         let (s2, p2) = (shared.clone(), peer.clone());
@@ -256,7 +258,7 @@ impl PyPacketWriter {
     /// Stop: the connection is shut down (the ack reader wakes and ends) and the reader joined.
     fn close(&self, py: Python<'_>) {
         self.shared.state.lock().unwrap().closing = true;
-        let _ = self.sock.lock().unwrap().shutdown(Shutdown::Both);
+        self.sock.lock().unwrap().shutdown();
         let handle = self.reader.lock().unwrap().take();
         if let Some(h) = handle {
             py.allow_threads(|| {

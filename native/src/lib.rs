@@ -21,6 +21,7 @@ mod dfs_floor;
 mod dfs_wire;
 mod dfs_writer;
 mod fetch;
+mod link;
 mod client;
 mod floor;
 mod map_sort;

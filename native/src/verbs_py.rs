@@ -46,7 +46,7 @@ unsafe impl Send for Ptr {}
 /// One native verbs connection (client or accepted).
 #[pyclass(frozen, name = "VerbsConnection", module = "pytest_hpcnet_native._native")]
 pub struct PyVerbsConnection {
-    conn: Arc<Conn>,
+    pub(crate) conn: Arc<Conn>,
     pinned: Mutex<HashMap<u64, PyBuffer<u8>>>,   // registered memory stays exported (alive, unresized)
 }
 

@@ -23,6 +23,7 @@ from pytest_hpcnet.reference.dfs.native import resolve_impl
 from pytest_hpcnet.reference.dfs.store import BlockStore
 from pytest_hpcnet.reference.dfs.wire import decode, encode
 from pytest_hpcnet.reference.transport import get_transport
+from pytest_hpcnet.reference.transport.verbs import native as native_verbs
 from pytest_hpcnet.workloads.dfsio.pipeline_cost import pipeline_cpu_ms_per_mb, pipeline_on_one_core
 
 needs_native = pytest.mark.skipif(not native.AVAILABLE, reason=native.WHY_NOT)
@@ -113,8 +114,15 @@ def test_impl_choice_is_checked():
         resolve_impl("fortran", "tcp")
     if native.AVAILABLE:
         assert resolve_impl(None, "tcp") == "native"
-        with pytest.raises(ConfigError, match="speaks tcp, not shm"):
+        with pytest.raises(ConfigError, match="speaks tcp and verbs, not shm"):
             resolve_impl("native", "shm")
+        why = native_verbs.unavailable()
+        if why is None:   # where the native verbs end runs (the guest), verbs is native's too
+            assert resolve_impl(None, "verbs") == "native"
+        else:             # elsewhere verbs stays Python's, and asking for native says why
+            assert resolve_impl(None, "verbs") == "python"
+            with pytest.raises(ConfigError, match="the native verbs end cannot run here"):
+                resolve_impl("native", "verbs")
 
 
 # -- datanodes as processes --------------------------------------------------------------------------

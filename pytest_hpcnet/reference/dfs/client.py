@@ -16,7 +16,7 @@ import os
 import threading
 
 from .. import auth
-from ..transport import TransportError, get_transport
+from ..transport import TransportError, get_transport, transport_for
 from . import checksums
 from .errors import ChecksumError, DfsError, NoSuchFile
 from .native import resolve_impl
@@ -36,12 +36,13 @@ class DfsClient:
         if block_size <= 0 or block_size % bpc:
             raise DfsError(f"block size {block_size} must be a positive multiple of {bpc}")
         self.meta_address = (meta[0], int(meta[1]))
-        self.transport = get_transport(transport)
         self.replication, self.block_size = replication, block_size
         self.packet_size, self.bpc, self.timeout = packet_size, bpc, timeout
         self.checksum = checksums.check_kind(checksum)
-        # who runs the write pipeline's per-packet work (native: core.PacketWriter; tcp only)
+        # who runs the write pipeline's per-packet work (native: core.PacketWriter, over tcp or the
+        # native verbs end)
         self.pipeline_impl = resolve_impl(impl, transport, "dfs client impl")
+        self.transport = transport_for(transport, self.pipeline_impl)
         self.node = node or os.environ.get("HPCNET_NODE")
         self._meta = None
         # one metadata connection, one request/reply at a time: threads sharing a client (a writer and a

@@ -15,10 +15,10 @@ client means every node in the pipeline has the bytes. A failure is reported ups
 ack naming the pipeline index of the node at fault (``bad``); the client rebuilds the pipeline from
 the survivors and resends what was not acknowledged (``offset`` = bytes acknowledged so far).
 
-With ``--impl native`` (the default where the native core is installed) and the tcp transport, the
-per-packet work -- receive, forward, verify, write, relay acks -- runs in the native core
-(``native.py``); this module still does what happens once per block. The wire format is the same, so
-native and Python datanodes mix in one pipeline.
+With ``--impl native`` (the default where the native core is installed) over tcp, or over verbs
+where the native verbs end runs, the per-packet work -- receive, forward, verify, write, relay acks --
+runs in the native core (``native.py``); this module still does what happens once per block. The wire
+format is the same, so native and Python datanodes (and native and pyverbs ends) mix in one pipeline.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from .. import auth
 from ...cluster.nodeprogram import announce, node_main, serve_until_signalled
 from ...cluster.reaper import controller_id
 from ...timeouts import scaled
-from ..transport import TransportError, get_transport
+from ..transport import TransportError, get_transport, transport_for
 from . import checksums
 from . import native as native_dfs
 from .blockfiles import BlockDir, BlockWriter
@@ -62,7 +62,7 @@ class DataNode:
         left = self.blocks.clean_tmp()
         if left:
             log(f"datanode {name}", f"removed {left} replica file(s) a previous run left unfinished")
-        self.transport = get_transport(transport)
+        self.transport = transport_for(transport, self.impl)
         self.meta = meta
         self._registered: set[tuple[str, int]] = set()
         self._block_locks: dict[int, threading.Lock] = defaultdict(threading.Lock)
@@ -369,7 +369,8 @@ def main(argv=None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--impl", default="auto", help="native|python: who runs the packet pipeline "
-                        "(auto: native where the core is installed and the transport is tcp)")
+                        "(auto: native where the core is installed and speaks the transport: tcp, or verbs where the "
+                        "native verbs end runs)")
     return node_main(parser, _run, argv, label="datanode")
 
 

@@ -1,10 +1,15 @@
 """The datanode's packet pipeline in the native core (``impl=native``; issue 17).
 
-``stream`` hands one block's packet stream to ``core.BlockStream``: the upstream and downstream tcp
-sockets and the replica's files, already set up by the Python datanode. The native side receives each
-packet, forwards the frame as it came, verifies every chunk (CRC-32C with SSE4.2, or CRC-32), writes
-data and checksums, and relays acknowledgements upstream on its own thread, all without the GIL.
-What happens once per block stays in Python: checks, connecting, opening and finishing the replica.
+``stream`` hands one block's packet stream to ``core.BlockStream``: the upstream and downstream
+connections and the replica's files, already set up by the Python datanode. The native side receives
+each packet, forwards the frame as it came, verifies every chunk (CRC-32C with SSE4.2, or CRC-32),
+writes data and checksums, and relays acknowledgements upstream on its own thread, all without the
+GIL. What happens once per block stays in Python: checks, connecting, opening and finishing the
+replica. The client's end is ``core.PacketWriter`` (``pipeline.py``).
+
+It speaks tcp, and verbs through the native core's verbs end (``transport_for`` gives ``impl=native``
+components that end): the same framed bytes go over either, so every mix of native and Python nodes,
+and of native and pyverbs ends, is one pipeline.
 """
 
 from __future__ import annotations
@@ -15,15 +20,35 @@ from .. import native as core_module
 IMPLS = core_module.IMPLS
 
 
+def _why_not_native(transport: str) -> str | None:
+    """Why the native pipeline cannot run over ``transport`` here, or None."""
+    if transport == "tcp":
+        return None
+    if transport == "verbs":
+        from ..transport.verbs import native as native_verbs
+        why = native_verbs.unavailable()
+        return None if why is None else f"the native verbs end cannot run here: {why}"
+    return f"the native packet pipeline speaks tcp and verbs, not {transport}"
+
+
 def resolve_impl(impl: str | None, transport: str, where: str = "datanode impl") -> str:
-    """``auto``/None: native where the core is installed and the transport is tcp, else python."""
+    """``auto``/None: native where the core is installed and speaks ``transport`` here, else python."""
     if impl in (None, "", "auto"):
-        return "native" if core_module.AVAILABLE and transport == "tcp" else "python"
+        return "native" if core_module.AVAILABLE and _why_not_native(transport) is None else "python"
     impl = core_module.resolve_impl(impl, where)
-    if impl == "native" and transport != "tcp":
-        raise ConfigError(f"the native packet pipeline speaks tcp, not {transport}; use impl=python "
-                          f"for {transport}", where)
+    why = _why_not_native(transport) if impl == "native" else None
+    if why:
+        raise ConfigError(f"{why}; use impl=python for {transport}", where)
     return impl
+
+
+def endpoint(conn):
+    """What the native core takes for one of the pipeline's connections: a tcp socket's descriptor, or
+    the native verbs end's own connection object."""
+    core_conn = getattr(conn, "_core", None)
+    if core_conn is not None:
+        return core_conn
+    return conn.sock.fileno()
 
 
 def stream(up, down, writer, index: int, label: str, packet_timeout: float, log) -> None:
@@ -31,7 +56,7 @@ def stream(up, down, writer, index: int, label: str, packet_timeout: float, log)
     made final before the last ack leaves, dropped on a checksum error, and otherwise left under
     construction for a pipeline recovery (the caller's ``writer.close()``)."""
     block_stream = core_module.core.BlockStream(
-        up.sock.fileno(), down.sock.fileno() if down is not None else -1, writer.data.fileno(),
+        endpoint(up), endpoint(down) if down is not None else None, writer.data.fileno(),
         writer.meta.fileno(), writer.bpc, writer.checksum, index, writer.length, label, packet_timeout,
         bytes(getattr(up, "_carry", b"")))
     last, abort = None, True

@@ -19,6 +19,7 @@ from ..native import core
 from ...timeouts import scaled
 from ..transport import TransportError
 from .errors import DfsWriteError, ProtocolError
+from .native import endpoint
 from .wire import MAX_MESSAGE, chunk_crcs, decode, encode
 
 WINDOW = 16
@@ -152,7 +153,7 @@ class _NativePipeline(_Pipeline):
         self._setup()
         if getattr(self.conn, "_carry", b""):    # acks for packets not sent yet: not a datanode we know
             raise _PipelineFailure(0, f"datanode {self.targets[0]['name']} sent more than the setup ack")
-        self.writer = core.PacketWriter(self.conn.sock.fileno(), self.client.bpc, self.client.checksum,
+        self.writer = core.PacketWriter(endpoint(self.conn), self.client.bpc, self.client.checksum,
                                         self.acked, f"datanode {self.targets[0]['name']}", WINDOW, ACK_TIMEOUT)
         for _, _, header, _, data in list(self.unacked):
             self.writer.send_packet(header["seq"], header["offset"], data, header["last"])

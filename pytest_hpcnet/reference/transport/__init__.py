@@ -1,7 +1,9 @@
-"""Transports for the reference implementation: ``tcp`` and ``shm`` now, ``verbs`` later.
+"""Transports for the reference implementation: ``tcp``, ``shm`` and ``verbs``.
 
 See ``base`` for the interface. ``TRANSPORTS`` maps a name to a zero-argument factory;
-``get_transport(name)`` raises ``ConfigError`` for an unknown name.
+``get_transport(name)`` raises ``ConfigError`` for an unknown name. ``transport_for(name, impl)`` is
+the transport a component of that implementation uses: over verbs, ``native`` components use the
+native core's verbs end where it can run.
 """
 
 from __future__ import annotations
@@ -35,3 +37,13 @@ def get_transport(name: str, **options) -> Transport:
         raise ConfigError(f"unknown transport {name!r}; choose one of {sorted(TRANSPORTS)}",
                           where="transport") from None
     return factory(**options)
+
+
+def transport_for(name: str, impl: str, **options) -> Transport:
+    """``get_transport(name)``, except that over verbs an ``impl=native`` component gets the native
+    end (``verbs.native``) where it can run, and pyverbs (as ``impl=python``) where it cannot."""
+    if name == "verbs" and impl == "native":
+        from .verbs import native as native_verbs
+        if native_verbs.unavailable() is None:
+            return native_verbs.NativeVerbsTransport(**options)
+    return get_transport(name, **options)

@@ -41,7 +41,7 @@ from ....errors import HpcnetError
 from ... import auth
 from ...serving import DEFAULT_LIMITS, Limits, Server
 from ... import native
-from ...transport import RemoteRegion, TransportClosed, TransportError, TransportTimeout, get_transport
+from ...transport import RemoteRegion, TransportClosed, TransportError, TransportTimeout, transport_for
 from ...transport.base import LENGTH
 
 OK, ERROR, REGION = b"\x00", b"\x01", b"\x02"
@@ -156,16 +156,6 @@ def _open_nofollow(path: Path):
 
 # -- the server ----------------------------------------------------------------------------------------
 
-def _transport(transport: str, impl: str):
-    """The transport a worker of ``impl`` uses: over verbs, the native end for ``native`` where it can
-    run (else pyverbs, as for ``python``)."""
-    if transport == "verbs" and impl == "native":
-        from ...transport.verbs import native as native_verbs
-        if native_verbs.unavailable() is None:
-            return native_verbs.NativeVerbsTransport()
-    return get_transport(transport)
-
-
 class ShuffleServer:
     """Serves map output segments over one transport to authenticated reducers (``serving.Server``)."""
 
@@ -176,7 +166,7 @@ class ShuffleServer:
         impl = native.resolve_impl(impl, "shuffle server impl")
         self.sendfile = impl == "native" and transport == "tcp"
         self.roots = {k: Path(v) for k, v in roots.items()}
-        transport_impl = _transport(transport, impl)
+        transport_impl = transport_for(transport, impl)
         self.native_verbs = getattr(transport_impl, "native", False)   # the worker reports which end serves
         self._listener = transport_impl.listen(host, 0)
         self.address = tuple(self._listener.address)
@@ -276,7 +266,7 @@ def _checkout(transport: str, address, timeout: float, impl: str = "python"):
     with _idle_lock:
         if _idle.get(key):
             return _idle[key].pop()[0]
-    return auth.connect(_transport(transport, impl), address, timeout=timeout)
+    return auth.connect(transport_for(transport, impl), address, timeout=timeout)
 
 
 def _checkin(transport: str, address, conn, impl: str = "python") -> None:
