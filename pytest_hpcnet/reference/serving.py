@@ -55,6 +55,8 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits.from_env()
+# how long stop() waits for the accept loop (one accept slice is 0.5 s), then for the sessions
+STOP_JOIN_TIMEOUT = 2.0
 
 
 class AuthGate:
@@ -102,6 +104,9 @@ class Server:
         self._serving, self._serving_lock = False, threading.Lock()
         self.served = 0
         self.refused_busy = 0
+        self._accept_thread: threading.Thread | None = None
+        self._live: dict = {}            # connection -> the thread serving it (joined by stop())
+        self._live_lock = threading.Lock()
 
     # -- stage 0: accept ---------------------------------------------------------------------------
     def serve_forever(self) -> None:
@@ -145,7 +150,8 @@ class Server:
             self.stop()
 
     def start(self) -> "Server":
-        threading.Thread(target=self.serve_forever, name=f"{self.who}-accept", daemon=True).start()
+        self._accept_thread = threading.Thread(target=self.serve_forever, name=f"{self.who}-accept", daemon=True)
+        self._accept_thread.start()
         return self
 
     def stop(self) -> None:
@@ -160,6 +166,26 @@ class Server:
             self._wake_w.send(b"x")
         except OSError:
             pass
+        # Wait for the accept loop to see the closed listener: a node program exits right after stop(),
+        # and a daemon thread that comes back from the native core (its accept wakes every 200 ms)
+        # while the interpreter finalizes is unwound through Rust frames, which aborts the process
+        # ("FATAL: exception not rethrown").
+        accept = self._accept_thread
+        if accept is not None and accept is not threading.current_thread():
+            accept.join(STOP_JOIN_TIMEOUT)
+        # The same for the sessions: their connections are closed, so a session waiting in the core
+        # for its next request comes back now, while the process is still whole, and ends.
+        with self._live_lock:
+            live = list(self._live.items())
+        deadline = time.monotonic() + STOP_JOIN_TIMEOUT
+        for conn, _ in live:
+            try:
+                conn.close()
+            except Exception:
+                pass
+        for _, thread in live:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     # -- stage 1: authenticate ---------------------------------------------------------------------
     def _handshake_thread(self, conn) -> None:
@@ -270,7 +296,10 @@ class Server:
         warm = getattr(getattr(conn, "buffers", None), "warm", None)
         if warm is not None:
             warm()
-        threading.Thread(target=self._session, args=(conn,), daemon=True).start()
+        thread = threading.Thread(target=self._session, args=(conn,), daemon=True)
+        with self._live_lock:
+            self._live[conn] = thread
+        thread.start()
 
     def _session(self, conn) -> None:
         try:
@@ -284,4 +313,6 @@ class Server:
                 finally:
                     conn.close()
         finally:
+            with self._live_lock:
+                self._live.pop(conn, None)
             self._sessions.release()
