@@ -20,6 +20,10 @@ MB = 2^20 bytes. Directly:
 
     python benchmarks/bench_blockstore.py [--size-mb 256] [--rounds 3] [--dir DIR]
 
+``--transports tcp verbs`` adds the same stores over verbs (an RDMA device: the Soft-RoCE guest runs it
+with ``hpcnet vm test --command``): ``verbs_native`` is the native pipeline over the native verbs end,
+``verbs_python`` the Python one over pyverbs, each beside its tcp twin in the same rounds.
+
 asv: ``BlockStoreWrite.track_*`` (the ratios, one run each).
 """
 
@@ -118,22 +122,25 @@ def store_mb_s(store: BlockStore, size_mb: int, replication: int, path: str, imp
     return size_mb / took, cpu * 1000 / size_mb
 
 
-def compare(size_mb: int, rounds: int, directory: Path | None) -> dict:
+def compare(size_mb: int, rounds: int, directory: Path | None, transports=("tcp",)) -> dict:
     root = Path(tempfile.mkdtemp(prefix="hpcnet-bench-blockstore-", dir=directory))
     samples: dict[str, list[float]] = {}
     impls = ["native", "python"] if native.AVAILABLE else ["python"]
     stores = {}
     try:
         with clusters.open("local:4", root) as (cluster, launchers):
-            for impl in impls:
-                stores[impl] = BlockStore(launchers, cluster, transport="tcp", impl=impl,
-                                          dirs={n.name: root / impl / n.name for n in cluster.nodes}).start()
             writers = {"dd": lambda: dd_mb_s(root, size_mb, fsync=False)}
             if native.AVAILABLE:
                 writers["floor"] = lambda: floor_mb_s(root, size_mb)
-            for impl in impls:
-                writers[f"{impl}_r1"] = lambda s=stores[impl], i=impl: store_mb_s(s, size_mb, 1, "/bench/r1", i)
-                writers[f"{impl}_r3"] = lambda s=stores[impl], i=impl: store_mb_s(s, size_mb, 3, "/bench/r3", i)
+            for transport in transports:
+                prefix = "" if transport == "tcp" else f"{transport}_"
+                for impl in impls:
+                    name = f"{prefix}{impl}"
+                    stores[name] = BlockStore(launchers, cluster, transport=transport, impl=impl,
+                                              dirs={n.name: root / name / n.name for n in cluster.nodes}).start()
+                    for r in (1, 3):
+                        writers[f"{name}_r{r}"] = (lambda s=stores[name], i=impl, r=r:
+                                                   store_mb_s(s, size_mb, r, f"/bench/r{r}", i))
             names = list(writers)
             cpu: dict[str, list[float]] = {}
             for r in range(rounds):
@@ -162,6 +169,15 @@ def compare(size_mb: int, rounds: int, directory: Path | None) -> dict:
     if len(impls) == 2:
         ratios["native_r1/python_r1"] = statistics.median(
             a / b for a, b in zip(samples["native_r1"], samples["python_r1"]))
+    for transport in transports:
+        if transport == "tcp":
+            continue
+        pairs = [(f"{transport}_{i}_r{r}", f"{i}_r{r}") for i in impls for r in (1, 3)]
+        if len(impls) == 2:
+            pairs += [(f"{transport}_native_r{r}", f"{transport}_python_r{r}") for r in (1, 3)]
+        for a, b in pairs:
+            if a in samples and b in samples:
+                ratios[f"{a}/{b}"] = statistics.median(x / y for x, y in zip(samples[a], samples[b]))
     return {"mb_s": med, "ratios": ratios, "samples": samples,
             "cpu_ms_per_mb": {k: statistics.median(v) for k, v in cpu.items()}}
 
@@ -201,6 +217,8 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--dir", type=Path, default=None, help="where the datanodes and dd write (default: $TMPDIR)")
     p.add_argument("--skip-store", action="store_true", help="checksums only")
+    p.add_argument("--transports", nargs="+", default=["tcp"], choices=["tcp", "verbs"],
+                   help="the stores' transports (tcp always; verbs needs an RDMA device)")
     args = p.parse_args(argv)
     sums = checksum_gb_s()
     print("checksums in 512-byte chunks, GB/s (10^9 B/s): wall clock, and per CPU second of this thread:")
@@ -213,18 +231,18 @@ def main(argv=None) -> int:
               f"{cpu / sums['crc32_python_loop'][1]:.0f}x the Python pipeline's CRC32 loop per CPU second")
     if args.skip_store:
         return 0
-    result = compare(args.size_mb, args.rounds, args.dir)
+    result = compare(args.size_mb, args.rounds, args.dir, tuple(dict.fromkeys(["tcp", *args.transports])))
     print(f"\nwrites of {args.size_mb} MiB, {args.rounds} interleaved rounds, MiB/s (median):")
     for k, v in result["mb_s"].items():
-        print(f"  {k:12s} {v:8.1f}   rounds: {' '.join(f'{x:.0f}' for x in result['samples'][k])}")
+        print(f"  {k:18s} {v:8.1f}   rounds: {' '.join(f'{x:.0f}' for x in result['samples'][k])}")
     print("CPU ms per MiB (median; dd: its own user+system time; the floor: both its threads; the stores: client + every datanode):")
     for k, v in result["cpu_ms_per_mb"].items():
-        print(f"  {k:12s} {v:8.2f}")
+        print(f"  {k:18s} {v:8.2f}")
     print("ratios (median of per-round ratios):")
     goals = {"native_r1/dd": 0.8, "native_r3/native_r1": 0.5}
     for k, v in result["ratios"].items():
         goal = f"  (goal >= {goals[k]}: {'met' if v >= goals[k] else 'NOT met'})" if k in goals else ""
-        print(f"  {k:30s} {v:6.2f}{goal}")
+        print(f"  {k:36s} {v:6.2f}{goal}")
     return 0
 
 

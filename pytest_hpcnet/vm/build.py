@@ -32,7 +32,8 @@ from .guest import VmError
 
 MIRROR = "http://deb.debian.org/debian"
 PY_SITE = "usr/local/lib/python3.11/dist-packages"
-PROJECT_DIRS = ("pytest_hpcnet", "suites", "fixtures")   # fixtures: golden digests, cluster inventories
+# fixtures: golden digests, cluster inventories; benchmarks: the verbs figures are measured in the guest
+PROJECT_DIRS = ("pytest_hpcnet", "suites", "fixtures", "benchmarks")
 PROJECT_FILES = ("pyproject.toml",)
 TRIM = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale", "var/cache/apt",
         "var/lib/apt/lists", "usr/share/lintian", "usr/share/zoneinfo")
