@@ -93,12 +93,7 @@ def test_a_datanode_killed_mid_write_over_verbs_is_recovered_from(three_nodes, t
     with store.start():
         with store.client(replication=3, block_size=block, packet_size=16 * KB, impl=writer) as client:
             data = os.urandom(2 * block)
-            out = client.create("/v/k")
-            out.write(data[:block // 2])
-            victim = out.pipeline.targets[1]["name"]
-            store.kill_datanode(victim)
-            out.write(data[block // 2:])
-            out.close()
+            out, victim = store.write_killing(client, "/v/k", data, block // 2, position=1)
             assert [name for name, _ in out.failures] == [victim]
             blocks = client.meta("get", path="/v/k")["blocks"]
             assert all(victim not in [loc["name"] for loc in b["locations"]] for b in blocks)

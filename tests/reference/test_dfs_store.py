@@ -113,24 +113,14 @@ def test_datanode_killed_mid_write_pipeline_recovers(launchers, cluster, tmp_pat
                     dirs={n.name: tmp_path / n.name for n in cluster.nodes}).start() as st, \
             st.client(replication=3, block_size=BLOCK, packet_size=16 * KB) as c:
         data = os.urandom(2 * BLOCK)
-        out = c.create("/k/f")
-        out.write(data[:BLOCK // 2])
-        victim = out.pipeline.targets[1]["name"]          # the middle of the pipeline
-        st.kill_datanode(victim)
-        out.write(data[BLOCK // 2:])
-        out.close()
+        out, victim = st.write_killing(c, "/k/f", data, BLOCK // 2, position=1)   # the middle
         assert [name for name, _ in out.failures] == [victim]
         blocks = c.meta("get", path="/k/f")["blocks"]
         assert all(victim not in [loc["name"] for loc in b["locations"]] for b in blocks)
         assert all(len(b["locations"]) == 2 for b in blocks)
         assert c.open("/k/f").read() == data              # read-back after recovery verifies
         # The head of the pipeline dies too: the last survivor carries on.
-        out = c.create("/k/g")
-        out.write(data[:1000])
-        head = out.pipeline.targets[0]["name"]
-        st.kill_datanode(head)
-        out.write(data[1000:])
-        out.close()
+        out, head = st.write_killing(c, "/k/g", data, 1000, position=0)
         assert head in [name for name, _ in out.failures]
         assert c.open("/k/g").read() == data
 

@@ -72,6 +72,18 @@ class BlockStore:
     def kill_datanode(self, name: str) -> None:
         self.datanodes[name].kill()
 
+    def write_killing(self, client, path: str, data, at: int, position: int = 1):
+        """Write ``data`` to ``path`` through ``client``, killing the datanode at ``position`` of the
+        pipeline once ``at`` bytes are written (the fault the suites inject: the pipeline must recover
+        from it). Returns the closed output stream (its ``failures``) and the killed datanode's name."""
+        out = client.create(path)
+        out.write(data[:at])
+        victim = out.pipeline.targets[position]["name"]
+        self.kill_datanode(victim)
+        out.write(data[at:])
+        out.close()
+        return out, victim
+
     def spec(self, *, replication: int = 3, block_size: int = DEFAULT_BLOCK_SIZE,
              checksum: str = checksums.PREFERRED) -> dict:
         return {"kind": "blockstore", "meta": list(self.meta_address), "transport": self.transport,
