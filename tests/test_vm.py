@@ -332,7 +332,7 @@ def test_verbs_suites_pass_in_the_soft_roce_guest(tmp_path, measure):
             "test_malformed_input_closes_that_connection_and_the_server_keeps_serving[verbs-garbage header]",
             "test_server_going_away_fails_pending_calls_instead_of_hanging[verbs]",
             "test_more_than_a_hundred_concurrent_connections[verbs]",
-            "test_block_store_pipeline_over_verbs_writes_and_reads_back",
+            "test_block_store_pipeline_over_verbs_writes_and_reads_back[python]",
             "test_terasort_with_verbs_shuffle_validates[local]",
             "test_terasort_with_verbs_shuffle_validates[shared]",
             "test_terasort_job_time_verbs_next_to_tcp",
@@ -348,6 +348,12 @@ def test_verbs_suites_pass_in_the_soft_roce_guest(tmp_path, measure):
                 for pair in ("native-native", "native-pyverbs", "pyverbs-native")} <= passed
         assert {"test_native_and_pyverbs_shuffle_ends_fetch_from_each_other",
                 "test_terasort_over_native_and_pyverbs_shuffle_ends_writes_the_same_bytes"} <= passed
+        # the block store's packet pipeline over the native end, alone and mixed with pyverbs stages,
+        # and its recovery from a killed datanode
+        assert {f"test_block_store_pipeline_over_verbs_writes_and_reads_back[{p}]"
+                for p in ("native", "mixed-native-client", "mixed-native-head")} <= passed
+        assert {f"test_a_datanode_killed_mid_write_over_verbs_is_recovered_from[{p}]"
+                for p in ("native", "mixed-native-head")} <= passed
 
     records = sorted((run.results / "report").glob("*.json"))
     assert records, "the guest's run record did not come back"
