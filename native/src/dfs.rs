@@ -24,7 +24,7 @@ use pyo3::types::PyBytes;
 
 use crate::checksum::{self, Kind, Mismatch};
 use crate::dfs_wire::{self, Ack, End, Stage};
-use crate::link::Link;
+use crate::link::{dup, Link};
 use crate::pybuf::contiguous;
 
 /// Read buffers: the upstream's packets, and the downstream's acknowledgements.
@@ -110,15 +110,6 @@ fn block_write_floor(py: Python<'_>, directory: std::path::PathBuf, total: usize
 fn positive_seconds(secs: f64, what: &str) -> PyResult<Duration> {
     Duration::try_from_secs_f64(secs).ok().filter(|d| !d.is_zero())
         .ok_or_else(|| PyValueError::new_err(format!("bad {what} {secs}")))
-}
-
-fn dup(fd: RawFd, what: &str) -> PyResult<RawFd> {
-    // SAFETY: dup of a descriptor the caller owns; the copy is ours and closed by its File/TcpStream.
-    let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-    if copy < 0 {
-        return Err(PyOSError::new_err(format!("{what}: {}", std::io::Error::last_os_error())));
-    }
-    Ok(copy)
 }
 
 struct Streams {

@@ -2,24 +2,31 @@
 //! datanode's packet stream (`dfs.rs`) and the client's packet writer (`dfs_writer.rs`) read and
 //! write. Both speak the same framed bytes on either; only waiting and cutting differ.
 //!
-//! A verbs link waits in slices, so `shutdown` (a flag; a verbs connection has no half-close) wakes
-//! a reader, or a writer waiting for credits, within one slice, as `shutdown(2)` wakes a socket's. The connection itself stays open:
-//! its Python owner closes it.
+//! On verbs, `shutdown` sets a flag (a verbs connection has no half-close) that the connection's
+//! waits look at (`Conn::*_or_cut`), so it wakes a reader, or a writer waiting for credits, as
+//! `shutdown(2)` wakes a socket's. The connection itself stays open: its Python owner closes it.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{FromRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pyo3::prelude::*;
 
 use crate::verbs::conn::Conn;
 use crate::verbs_py::PyVerbsConnection;
 
-/// How often a verbs link's blocked reader looks at its shutdown flag.
-const SLICE: Duration = Duration::from_millis(50);
+/// A close-on-exec duplicate of a descriptor the caller owns; the copy is the caller's to close.
+pub fn dup(fd: RawFd, what: &str) -> PyResult<RawFd> {
+    // SAFETY: fcntl on a descriptor number; a bad one is an error, not undefined behaviour.
+    let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if copy < 0 {
+        return Err(pyo3::exceptions::PyOSError::new_err(format!("{what}: {}", io::Error::last_os_error())));
+    }
+    Ok(copy)
+}
 
 pub enum Link {
     Tcp(TcpStream),
@@ -35,12 +42,8 @@ impl Link {
         }
         let fd: RawFd = endpoint.extract().map_err(|_| pyo3::exceptions::PyTypeError::new_err(
             "a pipeline link is a tcp socket's descriptor or a native VerbsConnection"))?;
-        // SAFETY: dup of a descriptor the caller owns; the copy is ours and closed by the TcpStream.
-        let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-        if copy < 0 {
-            return Err(io::Error::last_os_error().into());
-        }
-        let s = unsafe { TcpStream::from_raw_fd(copy) };
+        // SAFETY: a fresh duplicate, owned by the TcpStream.
+        let s = unsafe { TcpStream::from_raw_fd(dup(fd, "socket")?) };
         s.set_read_timeout(Some(timeout))?;
         s.set_write_timeout(Some(timeout))?;
         s.set_nodelay(true)?;
@@ -67,47 +70,21 @@ impl Link {
     }
 }
 
-fn cut_error() -> io::Error {
-    io::Error::new(io::ErrorKind::ConnectionAborted, "the pipeline was cut")
-}
-
 impl Read for Link {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Link::Tcp(s) => s.read(buf),
-            Link::Verbs { conn, timeout, cut } => {
-                let deadline = Instant::now() + *timeout;
-                loop {
-                    if cut.load(Ordering::SeqCst) {
-                        return Err(cut_error());
-                    }
-                    let now = Instant::now();
-                    if now >= deadline {
-                        return Err(io::Error::new(io::ErrorKind::TimedOut, "receiving on the RDMA connection timed out"));
-                    }
-                    match conn.read_some(buf, (now + SLICE).min(deadline)) {
-                        Err(e) if e.kind() == io::ErrorKind::TimedOut => continue,
-                        other => return other,
-                    }
-                }
-            }
+            Link::Verbs { conn, timeout, cut } => conn.read_some_or_cut(buf, *timeout, cut),
         }
     }
 }
 
 impl Write for Link {
+    /// On verbs the whole buffer goes in one call (one eager chunk or one rendezvous per frame).
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Link::Tcp(s) => s.write(buf),
             Link::Verbs { conn, timeout, cut } => conn.write_all_or_cut(&[buf], *timeout, cut).map(|()| buf.len()),
-        }
-    }
-
-    /// Whole buffers go in one call: on verbs, one eager chunk or one rendezvous per frame.
-    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        match self {
-            Link::Tcp(s) => s.write_all(buf),
-            Link::Verbs { conn, timeout, cut } => conn.write_all_or_cut(&[buf], *timeout, cut),
         }
     }
 

@@ -14,8 +14,12 @@ use super::end::VerbsEnd;
 use super::ffi::Mr;
 use super::{LOCAL_WRITE, REMOTE_READ, REMOTE_WRITE};
 
-/// How often a writer waiting for credits looks at its cut flag (`write_all_or_cut`).
+/// How often a reader or a writer waiting on the connection looks at its cut flag (`*_or_cut`).
 const CUT_SLICE: Duration = Duration::from_millis(50);
+
+fn cut_off() -> io::Error {
+    io::Error::new(io::ErrorKind::ConnectionAborted, "the connection was cut off")
+}
 
 fn timed_out(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, format!("{what} on the RDMA connection did not complete within the timeout"))
@@ -115,7 +119,7 @@ impl Conn {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if cut.load(Ordering::SeqCst) {
-                        return Err(io::Error::new(io::ErrorKind::ConnectionAborted, "the sender was cut off"));
+                        return Err(cut_off());
                     }
                     let now = Instant::now();
                     if now >= deadline {
@@ -129,9 +133,24 @@ impl Conn {
         Ok(())
     }
 
-    /// At least one byte into `buf` before the deadline; the peer's CLOSE is an error. Raw bytes,
-    /// past the framing state of `recv`: for a reader that took the stream over at a message boundary.
-    pub fn read_some(&self, buf: &mut [u8], deadline: Instant) -> io::Result<usize> {
+    /// `read_some`, given up (ConnectionAborted) when `cut` is set while it waits. Raw bytes, past the
+    /// framing state of `recv`: for a reader that took the stream over at a message boundary.
+    pub fn read_some_or_cut(&self, buf: &mut [u8], timeout: Duration, cut: &AtomicBool) -> io::Result<usize> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if cut.load(Ordering::SeqCst) {
+                return Err(cut_off());
+            }
+            let now = Instant::now();
+            match self.read_some(buf, (now + CUT_SLICE).min(deadline)) {
+                Err(e) if e.kind() == io::ErrorKind::TimedOut && now + CUT_SLICE < deadline => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// At least one byte into `buf` before the deadline; the peer's CLOSE is an error.
+    fn read_some(&self, buf: &mut [u8], deadline: Instant) -> io::Result<usize> {
         loop {
             match self.end.read(buf) {
                 Ok(0) if !buf.is_empty() => return Err(closed(&format!("peer {} closed the connection", self.end.peer))),
