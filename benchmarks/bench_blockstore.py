@@ -24,6 +24,12 @@ MB = 2^20 bytes. Directly:
 with ``hpcnet vm test --command``): ``verbs_native`` is the native pipeline over the native verbs end,
 ``verbs_python`` the Python one over pyverbs, each beside its tcp twin in the same rounds.
 
+Reads, in the same rounds: one file of ``--size-mb`` MiB, written once at replication 1 on node0, read
+back through each store into one reused buffer of 1,000,000 bytes (TestDFSIO's read loop), every chunk
+verified; ``native_read`` is the native client receiving into that buffer from native datanodes that
+send from the page cache with ``sendfile``, ``python_read`` the Python client and datanodes, and
+``dd_read`` is ``dd`` reading a file of the same size from the page cache, the floor of a read.
+
 asv: ``BlockStoreWrite.track_*`` (the ratios, one run each).
 """
 
@@ -93,6 +99,17 @@ def dd_mb_s(directory: Path, size_mb: int, fsync: bool) -> tuple[float, float]:
     return size_mb / took, cpu * 1000 / size_mb
 
 
+def dd_read_mb_s(source: Path, size_mb: int) -> tuple[float, float]:
+    """(MiB/s, CPU ms per MiB) of ``dd`` reading ``source`` (``size_mb`` MiB, in the page cache)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(["dd", f"if={source}", "of=/dev/null", "bs=1M"], capture_output=True, check=True)
+    took = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return size_mb / took, cpu * 1000 / size_mb
+
+
 def floor_mb_s(directory: Path, size_mb: int) -> tuple[float, float]:
     """(MiB/s, CPU ms per MiB of both threads) of the block-write floor writing ``size_mb`` MiB into
     ``directory`` in packets of the store's size (64 KiB, a CRC32C per 512 bytes)."""
@@ -122,6 +139,33 @@ def store_mb_s(store: BlockStore, size_mb: int, replication: int, path: str, imp
     return size_mb / took, cpu * 1000 / size_mb
 
 
+def store_read_mb_s(store: BlockStore, size_mb: int, path: str, impl: str) -> tuple[float, float]:
+    """(MiB/s, CPU ms per MiB of client and datanodes) of reading ``path`` back whole into one reused
+    buffer, every chunk verified."""
+    buf = memoryview(bytearray(BUFFER))
+    with store.client(node="node0", impl=impl) as client:
+        dn_before, cpu_before = datanode_cpu_s(client), time.process_time()
+        start = time.perf_counter()
+        src, got = client.open(path), 0
+        while n := src.readinto(buf):
+            got += n
+        took = time.perf_counter() - start
+        cpu = time.process_time() - cpu_before
+        dn_after = datanode_cpu_s(client)
+        cpu += sum(dn_after[n] - dn_before.get(n, 0.0) for n in dn_after)
+    if got != size_mb << 20:
+        raise RuntimeError(f"{path}: read {got} bytes of {size_mb << 20}")
+    return size_mb / took, cpu * 1000 / size_mb
+
+
+def _write_once(store: BlockStore, size_mb: int, path: str, impl: str) -> None:
+    data = os.urandom(BUFFER)
+    with store.client(replication=1, block_size=BLOCK, node="node0", impl=impl) as client, \
+            client.create(path) as out:
+        for left in range(size_mb << 20, 0, -BUFFER):
+            out.write(data[:min(left, BUFFER)])
+
+
 def compare(size_mb: int, rounds: int, directory: Path | None, transports=("tcp",)) -> dict:
     root = Path(tempfile.mkdtemp(prefix="hpcnet-bench-blockstore-", dir=directory))
     samples: dict[str, list[float]] = {}
@@ -130,6 +174,11 @@ def compare(size_mb: int, rounds: int, directory: Path | None, transports=("tcp"
     try:
         with clusters.open("local:4", root) as (cluster, launchers):
             writers = {"dd": lambda: dd_mb_s(root, size_mb, fsync=False)}
+            dd_source = root / "dd-read.in"
+            with open(dd_source, "wb") as f:
+                for _ in range(size_mb):
+                    f.write(os.urandom(1 << 20))
+            writers["dd_read"] = lambda: dd_read_mb_s(dd_source, size_mb)
             if native.AVAILABLE:
                 writers["floor"] = lambda: floor_mb_s(root, size_mb)
             for transport in transports:
@@ -141,6 +190,9 @@ def compare(size_mb: int, rounds: int, directory: Path | None, transports=("tcp"
                     for r in (1, 3):
                         writers[f"{name}_r{r}"] = (lambda s=stores[name], i=impl, r=r:
                                                    store_mb_s(s, size_mb, r, f"/bench/r{r}", i))
+                    _write_once(stores[name], size_mb, "/bench/read", impl)
+                    writers[f"{name}_read"] = (lambda s=stores[name], i=impl:
+                                               store_read_mb_s(s, size_mb, "/bench/read", i))
             names = list(writers)
             cpu: dict[str, list[float]] = {}
             for r in range(rounds):
@@ -163,6 +215,12 @@ def compare(size_mb: int, rounds: int, directory: Path | None, transports=("tcp"
         ratios["native_r1/floor"] = statistics.median(
             a / b for a, b in zip(samples["native_r1"], samples["floor"]))
         ratios["floor/dd"] = statistics.median(a / b for a, b in zip(samples["floor"], samples["dd"]))
+    for impl in impls:
+        ratios[f"{impl}_read/dd_read"] = statistics.median(
+            a / b for a, b in zip(samples[f"{impl}_read"], samples["dd_read"]))
+    if len(impls) == 2:
+        ratios["native_read/python_read"] = statistics.median(
+            a / b for a, b in zip(samples["native_read"], samples["python_read"]))
     for impl in impls:   # MiB per CPU second relative to dd's: what a loaded box does not dilute
         ratios[f"{impl}_r1/dd per CPU second"] = statistics.median(
             d / c for d, c in zip(cpu["dd"], cpu[f"{impl}_r1"]))
@@ -172,9 +230,9 @@ def compare(size_mb: int, rounds: int, directory: Path | None, transports=("tcp"
     for transport in transports:
         if transport == "tcp":
             continue
-        pairs = [(f"{transport}_{i}_r{r}", f"{i}_r{r}") for i in impls for r in (1, 3)]
+        pairs = [(f"{transport}_{i}_{k}", f"{i}_{k}") for i in impls for k in ("r1", "r3", "read")]
         if len(impls) == 2:
-            pairs += [(f"{transport}_native_r{r}", f"{transport}_python_r{r}") for r in (1, 3)]
+            pairs += [(f"{transport}_native_{k}", f"{transport}_python_{k}") for k in ("r1", "r3", "read")]
         for a, b in pairs:
             if a in samples and b in samples:
                 ratios[f"{a}/{b}"] = statistics.median(x / y for x, y in zip(samples[a], samples[b]))
@@ -210,6 +268,12 @@ class BlockStoreWrite:
     def track_native_vs_python_r1(self, cache):
         return cache["ratios"].get("native_r1/python_r1", float("nan"))
 
+    def track_native_read_vs_dd_read(self, cache):
+        return cache["ratios"].get("native_read/dd_read", float("nan"))
+
+    def track_native_vs_python_read(self, cache):
+        return cache["ratios"].get("native_read/python_read", float("nan"))
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -232,7 +296,7 @@ def main(argv=None) -> int:
     if args.skip_store:
         return 0
     result = compare(args.size_mb, args.rounds, args.dir, tuple(dict.fromkeys(["tcp", *args.transports])))
-    print(f"\nwrites of {args.size_mb} MiB, {args.rounds} interleaved rounds, MiB/s (median):")
+    print(f"\nwrites and reads of {args.size_mb} MiB, {args.rounds} interleaved rounds, MiB/s (median):")
     for k, v in result["mb_s"].items():
         print(f"  {k:18s} {v:8.1f}   rounds: {' '.join(f'{x:.0f}' for x in result['samples'][k])}")
     print("CPU ms per MiB (median; dd: its own user+system time; the floor: both its threads; the stores: client + every datanode):")

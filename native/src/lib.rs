@@ -18,6 +18,7 @@ mod buffers;
 mod checksum;
 mod dfs;
 mod dfs_floor;
+mod dfs_reader;
 mod dfs_wire;
 mod dfs_writer;
 mod fetch;
@@ -377,6 +378,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyVerbsFloorServer>()?;
     m.add_function(wrap_pyfunction!(verbs_pingpong, m)?)?;
     dfs::register(m)?;
+    dfs_reader::register(m)?;
     m.add_class::<dfs_writer::PyPacketWriter>()?;
     sendfile::register(m)?;
     merge::register(m)?;

@@ -87,6 +87,16 @@ class BlockDir:
 
     def read(self, block_id: int, offset: int, length: int, packet: int):
         """Yield (start, data, crcs) covering [offset, offset+length), starts aligned to chunks."""
+        for pos, n, crcs, data in self.spans(block_id, offset, length, packet):
+            buf = os.pread(data, n, pos)
+            if len(buf) != n:
+                raise DfsError(f"block {block_id}: stored data is short at {pos}")
+            yield pos, buf, crcs
+
+    def spans(self, block_id: int, offset: int, length: int, packet: int):
+        """Yield (start, length, crcs, data descriptor) of the packets covering [offset, offset+length),
+        starts aligned to chunks: the data stays in the file (``read`` reads it; a zero-copy sender
+        hands the descriptor to ``sendfile``). The descriptor is valid until the next item."""
         _, bpc = self.header(block_id)
         size = self.length(block_id)
         if offset < 0 or length < 0 or offset + length > size:
@@ -101,11 +111,10 @@ class BlockDir:
                 n = min(packet, end - pos)
                 n_chunks = (n + bpc - 1) // bpc
                 n = min(n_chunks * bpc, size - pos)      # whole chunks, so the CRCs cover them
-                buf = os.pread(data.fileno(), n, pos)
                 crcs = os.pread(meta.fileno(), 4 * n_chunks, _META.size + 4 * (pos // bpc))
-                if len(buf) != n or len(crcs) != 4 * n_chunks:
-                    raise DfsError(f"block {block_id}: stored data or checksums are short at {pos}")
-                yield pos, buf, crcs
+                if len(crcs) != 4 * n_chunks:
+                    raise DfsError(f"block {block_id}: stored checksums are short at {pos}")
+                yield pos, n, crcs, data.fileno()
                 pos += n
 
     def truncate(self, block_id: int, length: int) -> None:

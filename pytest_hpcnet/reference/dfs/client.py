@@ -19,6 +19,7 @@ from .. import auth
 from ..transport import TransportError, get_transport, transport_for
 from . import checksums
 from .errors import ChecksumError, DfsError, NoSuchFile
+from . import native as native_dfs
 from .native import resolve_impl
 from .pipeline import DfsOutputStream
 from .wire import BYTES_PER_CHECKSUM, MAX_MESSAGE, PACKET_SIZE, decode, encode, request, verify_chunks
@@ -155,11 +156,30 @@ class DfsClient:
 
     def read_block(self, loc: dict, block: dict, offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset`` of one replica, every chunk verified."""
+        out = bytearray(length)
+        self.read_block_into(loc, block, offset, memoryview(out))
+        return bytes(out)
+
+    def read_block_into(self, loc: dict, block: dict, offset: int, into: memoryview) -> None:
+        """Fill ``into`` with the replica's bytes from ``offset``, every chunk verified."""
+        length = len(into)
+        where = f"block {block['id']} on datanode {loc['name']}"
         try:
             conn = self._dn_conn(loc)
             conn.send(encode({"op": "read_block", "block": block["id"], "offset": offset,
                               "length": length, "packet": max(self.packet_size, 1 << 20)}),
                       timeout=self.timeout)
+            if self.pipeline_impl == "native" and conn.in_step():
+                failure = native_dfs.read_into(conn, into, offset, where, self.timeout)
+                if failure is not None:
+                    kind, reason = failure
+                    if kind != "refused":
+                        self._forget(loc)      # the rest of this reply is unread
+                    if kind == "checksum":
+                        raise ChecksumError(reason)
+                    raise DfsError(reason if kind == "refused" else f"datanode {loc['name']}: read of "
+                                   f"block {block['id']} failed: {reason}")
+                return
             parts, first = [], None
             while True:
                 msg = conn.recv(timeout=self.timeout, max_length=MAX_MESSAGE)
@@ -171,7 +191,6 @@ class DfsClient:
                         raise DfsError(header.get("reason", "read failed"))
                     n, start = int(header["len"]), int(header["start"])
                     data, crcs = payload[len(payload) - n:], payload[:len(payload) - n]
-                    where = f"block {block['id']} on datanode {loc['name']}"
                     try:
                         verify_chunks(data, crcs, int(header["bpc"]), where, start,
                                       header.get("checksum", checksums.DEFAULT))
@@ -190,7 +209,7 @@ class DfsClient:
         out = data[skip:skip + length]
         if len(out) != length:
             raise DfsError(f"datanode {loc['name']}: block {block['id']} returned {len(out)} of {length} bytes")
-        return out
+        into[:] = out
 
     def close(self) -> None:
         for conn in [self._meta, *self._datanodes.values()]:
@@ -218,31 +237,43 @@ class DfsInputStream:
 
     def pread(self, pos: int, n: int) -> bytes:
         """Up to ``n`` bytes at ``pos``; b"" at or past the end."""
-        if pos < 0:
-            raise DfsError(f"{self.path}: negative read position {pos}")
-        end = min(self.length, pos + n)
-        out = []
-        for start, block in self.blocks:
-            stop = start + int(block["length"])
-            if stop <= pos or start >= end:
-                continue
-            lo, hi = max(pos, start), min(end, stop)
-            out.append(self._read(block, lo - start, hi - lo))
-        return b"".join(out)
+        out = bytearray(max(0, min(self.length, pos + n) - pos) if n > 0 else 0)
+        self.preadinto(pos, out)
+        return bytes(out)
 
     def read(self, n: int = -1) -> bytes:
         data = self.pread(self.pos, self.length - self.pos if n < 0 else n)
         self.pos += len(data)
         return data
 
-    def _read(self, block: dict, offset: int, length: int) -> bytes:
+    def preadinto(self, pos: int, into) -> int:
+        """Fill ``into`` (a writable buffer) with the bytes at ``pos``, up to the end of the file;
+        returns how many. The native client receives them straight into it."""
+        if pos < 0:
+            raise DfsError(f"{self.path}: negative read position {pos}")
+        view = memoryview(into).cast("B")
+        end = min(self.length, pos + len(view))
+        for start, block in self.blocks:
+            stop = start + int(block["length"])
+            if stop <= pos or start >= end:
+                continue
+            lo, hi = max(pos, start), min(end, stop)
+            self._read(block, lo - start, view[lo - pos:hi - pos])
+        return max(0, end - pos)
+
+    def readinto(self, into) -> int:
+        n = self.preadinto(self.pos, into)
+        self.pos += n
+        return n
+
+    def _read(self, block: dict, offset: int, into: memoryview) -> None:
         locs = sorted(block["locations"], key=lambda loc: loc["name"] != self.client.node)
         if not locs:
             raise DfsError(f"{self.path}: block {block['id']} has no live replica")
         errors = []
         for loc in locs:
             try:
-                return self.client.read_block(loc, block, offset, length)
+                return self.client.read_block_into(loc, block, offset, into)
             except DfsError as e:
                 errors.append(e)
         cls = ChecksumError if any(isinstance(e, ChecksumError) for e in errors) else DfsError

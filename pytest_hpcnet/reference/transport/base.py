@@ -201,6 +201,13 @@ class StreamConnection(ABC):
     def closed(self) -> bool:
         return self._closed
 
+    def in_step(self) -> bool:
+        """Nothing of an incoming message is buffered here, so the next bytes on the wire begin the next
+        message: native code may read it from the socket itself (always so between strict
+        request/reply exchanges)."""
+        return (not self._carry and self._hdr_n == 0 and self._body is None and self._ahead is None
+                and self._growing is None)
+
     def send(self, parts: Sequence[Bytes], timeout: float | None = None) -> None:
         total = sum(map(len, parts))
         if total > MAX_FRAME:

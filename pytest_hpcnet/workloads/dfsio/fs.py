@@ -66,6 +66,9 @@ class PosixReader:
     def read(self, n: int) -> bytes:
         return os.read(self.fd, n)
 
+    def readinto(self, buf) -> int:
+        return os.readv(self.fd, [buf])
+
     def pread(self, pos: int, n: int) -> bytes:
         return os.pread(self.fd, n, pos)
 

@@ -110,10 +110,14 @@ def _read(fs, name: str, size: int, bs: int, codec, verifier: _Verifier) -> int:
     src = fs.open(name)
     if codec:
         src = DecompressedReader(src, codec, bs)
+    # as TestDFSIO's read loop: one buffer of bufferSize, filled again and again (``readinto``) where the
+    # source can; the block store's native client receives straight into it
+    readinto = getattr(src, "readinto", None)
+    buf = memoryview(bytearray(bs)) if readinto else None
     done = 0
     try:
         while done < size:
-            data = src.read(bs)
+            data = buf[:readinto(buf)] if readinto else src.read(bs)
             if not data:
                 break
             verifier.check(done, data)

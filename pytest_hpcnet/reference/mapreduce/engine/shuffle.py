@@ -304,7 +304,7 @@ def fetch_from(transport: str, address, node: str, requests: list[dict], timeout
     try:
         for k, request in enumerate(requests):
             target = into[k] if into is not None else None
-            if target is not None and impl == "native" and transport == "tcp" and _in_step(conn):
+            if target is not None and impl == "native" and transport == "tcp" and conn.in_step():
                 _fetch_native(conn, node, request, target, timeout)
                 continue
             conn.send([json.dumps(dict(request, one_sided=one_sided)).encode()], timeout=timeout)
@@ -345,13 +345,6 @@ def fetch_from(transport: str, address, node: str, requests: list[dict], timeout
         raise
     _checkin(transport, address, conn, impl)
     return None if into is not None else out
-
-
-def _in_step(conn) -> bool:
-    """Nothing of a reply is buffered in the Python connection, so the socket's next bytes are the next
-    reply's (always so between the strict request/reply exchanges of a fetch)."""
-    return (getattr(conn, "sock", None) is not None and not conn._carry and conn._hdr_n == 0
-            and conn._body is None and conn._ahead is None and conn._growing is None)
 
 
 def _fetch_native(conn, node: str, request: dict, target: memoryview, timeout: float) -> None:
