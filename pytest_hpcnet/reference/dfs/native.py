@@ -93,8 +93,8 @@ def send_packet(conn, header: dict, sums: bytes, data_fd: int, offset: int, leng
 
 
 def read_into(conn, into, offset: int, label: str, timeout: float):
-    """Receive the reply to the ``read_block`` just sent on ``conn`` into ``into`` (the block's bytes
-    from ``offset``) in the native core, every chunk verified. None when it all came; else
+    """Receive the reply to the ``read_block`` just sent on ``conn`` (tcp, or the native verbs end)
+    into ``into`` (the block's bytes from ``offset``) in the native core, every chunk verified. None when it all came; else
     ``(kind, reason)``: ``refused`` (the datanode's own error; the connection is still in step),
     ``checksum`` or ``broken`` (it is not: close it)."""
     return core_module.core.read_block_into(endpoint(conn), into, offset, label, timeout)

@@ -100,10 +100,6 @@ class NativeVerbsConnection:
     def closed(self) -> bool:
         return self._closed
 
-    def in_step(self) -> bool:
-        """Always: the core keeps every received byte, so a native reader of it (``Link``) sees them."""
-        return True
-
     def send(self, parts: Sequence[Bytes], timeout: float | None = None) -> None:
         views = [_byte_view(p) for p in self.buffers.gather(list(parts))]
         total = sum(v.nbytes for v in views)
