@@ -90,24 +90,24 @@ def dd_mb_s(directory: Path, size_mb: int, fsync: bool) -> tuple[float, float]:
     """(MiB/s, CPU ms per MiB) of ``dd`` writing ``size_mb`` MiB of zeros into ``directory``."""
     target = directory / "dd.out"
     args = ["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={size_mb}"] + (["conv=fsync"] if fsync else [])
+    took, cpu = _run_timed(args)
+    target.unlink()
+    return size_mb / took, cpu * 1000 / size_mb
+
+
+def _run_timed(args: list[str]) -> tuple[float, float]:
+    """(wall seconds, user + system CPU seconds) of one command."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(args, capture_output=True, check=True)
     took = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    target.unlink()
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return size_mb / took, cpu * 1000 / size_mb
+    return took, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def dd_read_mb_s(source: Path, size_mb: int) -> tuple[float, float]:
     """(MiB/s, CPU ms per MiB) of ``dd`` reading ``source`` (``size_mb`` MiB, in the page cache)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    subprocess.run(["dd", f"if={source}", "of=/dev/null", "bs=1M"], capture_output=True, check=True)
-    took = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    took, cpu = _run_timed(["dd", f"if={source}", "of=/dev/null", "bs=1M"])
     return size_mb / took, cpu * 1000 / size_mb
 
 
