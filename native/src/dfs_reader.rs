@@ -1,15 +1,18 @@
 //! The client end of a block read in native code: after the Python client has sent `read_block`,
 //! the datanode's reply -- `data` packets (a checksum per chunk, then the bytes), then `end` -- is
-//! received straight into the caller's buffer and every chunk verified, the GIL released.
+//! received straight into the caller's buffer and every chunk verified, the GIL released: whole
+//! (`read_block_into`, a positional read), or handed out piece by piece as a sequential reader asks
+//! (`BlockReader`, one request per block; `pytest_hpcnet/reference/dfs/sequential.py`).
 //!
 //! Why native: the Python client took each packet through the interpreter, copied it out of the
 //! transport's buffer, joined the packets and sliced the range out: four passes over every byte where
 //! this makes one (the receive) beside the checksum. The messages are those of
 //! `pytest_hpcnet/reference/dfs/wire.py`: a `data` header is `{"op":"data","start":S,"len":N,
-//! "bpc":B,"checksum":K}`; packets start on chunk boundaries and follow each other without a gap, so
-//! only the first and last packet of a range may carry bytes outside it (those go through a scratch
-//! buffer). It runs over any `Read`, so the tests drive it with bytes and the client with a `Link`
-//! (the client uses it over tcp: over the native verbs end it works, but measured no faster).
+//! "bpc":B,"checksum":K}`; packets start on chunk boundaries and follow each other without a gap.
+//! A packet goes into the caller's buffer as far as it fits and the rest into `pending`, handed out
+//! next; only the first packet, which may begin before the byte asked for, goes to `pending` whole.
+//! It runs over any `Read`, so the tests drive it with bytes and the client with a `Link` (the client
+//! uses it over tcp: over the native verbs end it works, but measured no faster).
 
 use std::io::{self, Read};
 use std::time::Duration;
@@ -48,85 +51,185 @@ fn field(h: &serde_json::Map<String, Value>, key: &str) -> Result<u64, ReadFailu
         .ok_or_else(|| ReadFailure::Broken(format!("data packet without a non-negative integer {key:?}")))
 }
 
+/// One frame of a reply: a data packet's header fields, the end, or the datanode's error.
+enum Frame {
+    Data { start: u64, len: usize, bpc: usize, kind: Kind, sums: usize },
+    End,
+}
+
+fn next_frame<R: Read>(r: &mut R) -> Result<Frame, ReadFailure> {
+    let mut head = [0u8; 8];
+    r.read_exact(&mut head).map_err(io_failure)?;
+    let n = u32::from_be_bytes(head[..4].try_into().unwrap()) as usize;
+    let h = u32::from_be_bytes(head[4..].try_into().unwrap()) as usize;
+    if n > MAX_MESSAGE || n < 4 || h > MAX_HEADER || h > n - 4 {
+        return Err(ReadFailure::Broken(format!("impossible reply frame ({n} bytes, header {h})")));
+    }
+    let mut message = vec![0u8; 4 + h];
+    message[..4].copy_from_slice(&head[4..]);
+    r.read_exact(&mut message[4..]).map_err(io_failure)?;
+    let (header, _) = split_message(&message).map_err(ReadFailure::Broken)?;
+    let payload = n - 4 - h;
+    match header.get("op").and_then(Value::as_str) {
+        Some("end") if payload == 0 => return Ok(Frame::End),
+        Some("error") if payload == 0 => {
+            let reason = header.get("reason").and_then(Value::as_str).unwrap_or("read failed");
+            return Err(ReadFailure::Refused(reason.to_string()));
+        }
+        Some("data") => {}
+        _ => return Err(ReadFailure::Broken(format!("unexpected reply {}",
+                                                    String::from_utf8_lossy(&message[4..4 + h.min(80)])))),
+    }
+    let (start, len, bpc) = (field(&header, "start")?, field(&header, "len")?, field(&header, "bpc")?);
+    let kind_name = header.get("checksum").and_then(Value::as_str).unwrap_or("crc32c");
+    let kind = Kind::parse(kind_name)
+        .ok_or_else(|| ReadFailure::Broken(format!("unknown checksum type {:?}", &kind_name[..kind_name.len().min(40)])))?;
+    if bpc == 0 || bpc > MAX_MESSAGE as u64 || len == 0 || len > payload as u64 {
+        return Err(ReadFailure::Broken(format!("data packet of {len} bytes with {bpc} bytes per checksum")));
+    }
+    let (len, bpc) = (len as usize, bpc as usize);
+    if payload != len + 4 * checksum::chunks(len, bpc) {
+        return Err(ReadFailure::Broken(format!("data packet of {len} bytes carries {} checksum bytes", payload - len)));
+    }
+    Ok(Frame::Data { start, len, bpc, kind, sums: payload - len })
+}
+
+/// Verify the chunks of `a` followed by `b` (one packet's data, received into two places) against
+/// `sums` without joining them: only the chunk that spans the two is copied. Err: the index of the
+/// first chunk that differs.
+fn verify_split(kind: Kind, a: &[u8], b: &[u8], sums: &[u8], bpc: usize) -> Result<(), usize> {
+    let first_bad = |data: &[u8], from: usize| match checksum::verify(kind, data, &sums[4 * from..4 * (from + checksum::chunks(data.len(), bpc))], bpc) {
+        Ok(()) => Ok(()),
+        Err(Mismatch::Chunk(i)) => Err(from + i),
+        Err(Mismatch::Count { .. }) => Err(from),
+    };
+    let whole = a.len() / bpc * bpc;
+    first_bad(&a[..whole], 0)?;
+    let mut index = whole / bpc;
+    let mut b_from = 0;
+    if whole < a.len() {
+        b_from = (bpc - (a.len() - whole)).min(b.len());
+        let joined = [&a[whole..], &b[..b_from]].concat();
+        first_bad(&joined, index)?;
+        index += 1;
+    }
+    first_bad(&b[b_from..], index)
+}
+
+/// A reply being received: where the reader is, where the next packet must start, and the part of
+/// the last packet not handed out yet (a packet that did not fit, or began before the first byte
+/// asked for, went through `pending`).
+pub struct Stream {
+    pos: u64,
+    next: Option<u64>,
+    pending: Vec<u8>,
+    taken: usize,
+    ended: bool,
+    label: String,
+    sums: Vec<u8>,
+}
+
+impl Stream {
+    /// A stream whose first byte is the block's byte `offset`.
+    pub fn new(offset: u64, label: &str) -> Stream {
+        Stream { pos: offset, next: None, pending: Vec::new(), taken: 0, ended: false, label: label.into(), sums: Vec::new() }
+    }
+
+    /// The block offset of the next byte `fill` hands out.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Fill `out` from the stream, each packet verified before any of it is handed out; fewer bytes
+    /// than `out` holds only when the datanode ended the reply.
+    pub fn fill<R: Read>(&mut self, r: &mut R, out: &mut [u8]) -> Result<usize, ReadFailure> {
+        let mut filled = self.take_pending(out);
+        while filled < out.len() && !self.ended {
+            let (start, len, bpc, kind, sums) = match next_frame(r)? {
+                Frame::End => {
+                    self.ended = true;
+                    break;
+                }
+                Frame::Data { start, len, bpc, kind, sums } => (start, len, bpc, kind, sums),
+            };
+            let expected = self.next.unwrap_or(self.pos - self.pos % bpc as u64);
+            if start != expected {
+                return Err(ReadFailure::Broken(format!("{}: a {len}-byte packet at {start} where {expected} was due", self.label)));
+            }
+            self.sums.resize(sums, 0);
+            r.read_exact(&mut self.sums).map_err(io_failure)?;
+            let skip = (self.pos - start) as usize;           // > 0 only in the first packet
+            // what fits goes straight into `out`, the rest of the packet into `pending`; a first
+            // packet that begins before the position goes into `pending` whole
+            let fit = if skip == 0 { len.min(out.len() - filled) } else { 0 };
+            r.read_exact(&mut out[filled..filled + fit]).map_err(io_failure)?;
+            self.pending.resize(len - fit, 0);
+            r.read_exact(&mut self.pending).map_err(io_failure)?;
+            if let Err(i) = verify_split(kind, &out[filled..filled + fit], &self.pending, &self.sums, bpc) {
+                return Err(ReadFailure::Checksum(format!("{}: checksum mismatch in the chunk at byte {} ({} per {bpc} bytes)",
+                                                         self.label, start + (i * bpc) as u64, kind.label())));
+            }
+            self.next = Some(start + len as u64);
+            filled += fit;
+            self.pos += fit as u64;
+            self.taken = skip.min(self.pending.len());
+            filled += self.take_pending(&mut out[filled..]);
+        }
+        Ok(filled)
+    }
+
+    fn take_pending(&mut self, out: &mut [u8]) -> usize {
+        let n = (self.pending.len() - self.taken).min(out.len());
+        out[..n].copy_from_slice(&self.pending[self.taken..self.taken + n]);
+        self.taken += n;
+        self.pos += n as u64;
+        n
+    }
+
+    /// After the last byte wanted: the reply must end here (what is left of the last packet is the
+    /// rest of its final chunk, dropped).
+    pub fn finish<R: Read>(&mut self, r: &mut R) -> Result<(), ReadFailure> {
+        if !self.ended {
+            match next_frame(r)? {
+                Frame::End => self.ended = true,
+                Frame::Data { start, .. } => {
+                    return Err(ReadFailure::Broken(format!("{}: a packet at {start} past the range asked for", self.label)));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Receive the reply to `read_block(offset, out.len())` from `r` into `out`, every chunk verified;
 /// `label` names the replica in messages ("block 7 on datanode node1").
 pub fn read_range<R: Read>(r: &mut R, out: &mut [u8], offset: u64, label: &str) -> Result<(), ReadFailure> {
-    let end = offset + out.len() as u64;
-    let mut next: Option<u64> = None;      // where the next packet must start
-    let (mut head, mut sums, mut scratch) = ([0u8; 8], Vec::new(), Vec::new());
-    loop {
-        r.read_exact(&mut head).map_err(io_failure)?;
-        let n = u32::from_be_bytes(head[..4].try_into().unwrap()) as usize;
-        let h = u32::from_be_bytes(head[4..].try_into().unwrap()) as usize;
-        if n > MAX_MESSAGE || n < 4 || h > MAX_HEADER || h > n - 4 {
-            return Err(ReadFailure::Broken(format!("impossible reply frame ({n} bytes, header {h})")));
-        }
-        let mut message = vec![0u8; 4 + h];
-        message[..4].copy_from_slice(&head[4..]);
-        r.read_exact(&mut message[4..]).map_err(io_failure)?;
-        let (header, _) = split_message(&message).map_err(ReadFailure::Broken)?;
-        let payload = n - 4 - h;
-        match header.get("op").and_then(Value::as_str) {
-            Some("end") if payload == 0 => {
-                let covered = next.unwrap_or(offset);
-                if covered < end && !out.is_empty() {
-                    return Err(ReadFailure::Refused(format!(
-                        "{label} returned {} of {} bytes", covered.saturating_sub(offset), out.len())));
-                }
-                return Ok(());
-            }
-            Some("error") if payload == 0 => {
-                let reason = header.get("reason").and_then(Value::as_str).unwrap_or("read failed");
-                return Err(ReadFailure::Refused(reason.to_string()));
-            }
-            Some("data") => {}
-            _ => return Err(ReadFailure::Broken(format!("unexpected reply {}",
-                                                        String::from_utf8_lossy(&message[4..4 + h.min(80)])))),
-        }
-        let (start, len, bpc) = (field(&header, "start")?, field(&header, "len")?, field(&header, "bpc")?);
-        let kind_name = header.get("checksum").and_then(Value::as_str).unwrap_or("crc32c");
-        let kind = Kind::parse(kind_name)
-            .ok_or_else(|| ReadFailure::Broken(format!("unknown checksum type {:?}", &kind_name[..kind_name.len().min(40)])))?;
-        if bpc == 0 || bpc > MAX_MESSAGE as u64 || len > payload as u64 {
-            return Err(ReadFailure::Broken(format!("data packet of {len} bytes with {bpc} bytes per checksum")));
-        }
-        let (len, bpc) = (len as usize, bpc as usize);
-        if payload != len + 4 * checksum::chunks(len, bpc) {
-            return Err(ReadFailure::Broken(format!("data packet of {len} bytes carries {} checksum bytes",
-                                                   payload - len)));
-        }
-        let expected = next.unwrap_or(offset - offset % bpc as u64);
-        if start != expected || len == 0 {
-            return Err(ReadFailure::Broken(format!("{label}: a {len}-byte packet at {start} where {expected} was due")));
-        }
-        sums.resize(payload - len, 0);
-        r.read_exact(&mut sums).map_err(io_failure)?;
-        let stop = start + len as u64;
-        let inside = start >= offset && stop <= end;
-        let data: &mut [u8] = if inside {
-            &mut out[(start - offset) as usize..(stop - offset) as usize]
-        } else {
-            scratch.resize(len, 0);
-            &mut scratch[..]
-        };
-        r.read_exact(data).map_err(io_failure)?;
-        if let Err(m) = checksum::verify(kind, data, &sums, bpc) {
-            let at = match m {
-                Mismatch::Chunk(i) => start + (i * bpc) as u64,
-                Mismatch::Count { .. } => start,
-            };
-            return Err(ReadFailure::Checksum(format!("{label}: checksum mismatch in the chunk at byte {at} ({} per {bpc} bytes)",
-                                                     kind.label())));
-        }
-        if !inside {
-            let (lo, hi) = (start.max(offset), stop.min(end));
-            if lo < hi {
-                out[(lo - offset) as usize..(hi - offset) as usize]
-                    .copy_from_slice(&scratch[(lo - start) as usize..(hi - start) as usize]);
-            }
-        }
-        next = Some(stop);
+    let mut stream = Stream::new(offset, label);
+    let filled = stream.fill(r, out)?;
+    if filled < out.len() {
+        return Err(ReadFailure::Refused(format!("{label} returned {filled} of {} bytes", out.len())));
     }
+    stream.finish(r)
+}
+
+fn failure_tuple(f: ReadFailure) -> (&'static str, String) {
+    match f {
+        ReadFailure::Refused(m) => ("refused", m),
+        ReadFailure::Checksum(m) => ("checksum", m),
+        ReadFailure::Broken(m) => ("broken", m),
+    }
+}
+
+fn writable<'a>(into: &'a PyBuffer<u8>) -> PyResult<&'a mut [u8]> {
+    if into.readonly() || !into.is_c_contiguous() {
+        return Err(PyValueError::new_err("into must be a writable contiguous buffer"));
+    }
+    // SAFETY: a writable C-contiguous byte buffer, exported (alive, unresized) while `into` lives.
+    Ok(unsafe { std::slice::from_raw_parts_mut(into.buf_ptr() as *mut u8, into.len_bytes()) })
+}
+
+fn seconds(timeout: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(timeout).map_err(|_| PyValueError::new_err(format!("bad timeout {timeout}")))
 }
 
 /// Receive the reply to a `read_block` request just sent on `endpoint` (a tcp socket's descriptor or
@@ -137,25 +240,64 @@ pub fn read_range<R: Read>(r: &mut R, out: &mut [u8], offset: u64, label: &str) 
 #[pyo3(signature = (endpoint, into, offset, label, timeout=60.0))]
 fn read_block_into(py: Python<'_>, endpoint: &Bound<'_, PyAny>, into: PyBuffer<u8>, offset: u64, label: String,
                    timeout: f64) -> PyResult<Option<(&'static str, String)>> {
-    let limit = Duration::try_from_secs_f64(timeout)
-        .map_err(|_| PyValueError::new_err(format!("bad timeout {timeout}")))?;
-    if into.readonly() || !into.is_c_contiguous() {
-        return Err(PyValueError::new_err("into must be a writable contiguous buffer"));
-    }
-    let mut link = Link::from_python(endpoint, limit)?;
-    // SAFETY: a writable C-contiguous byte buffer, exported (alive, unresized) while `into` lives.
-    let target = unsafe { std::slice::from_raw_parts_mut(into.buf_ptr() as *mut u8, into.len_bytes()) };
+    let mut link = Link::from_python(endpoint, seconds(timeout)?)?;
+    let target = writable(&into)?;
     let result = py.allow_threads(move || read_range(&mut link, target, offset, &label));
-    Ok(match result {
-        Ok(()) => None,
-        Err(ReadFailure::Refused(m)) => Some(("refused", m)),
-        Err(ReadFailure::Checksum(m)) => Some(("checksum", m)),
-        Err(ReadFailure::Broken(m)) => Some(("broken", m)),
-    })
+    Ok(result.err().map(failure_tuple))
+}
+
+/// A sequential reader of one `read_block` reply, the request (from `offset` to wherever it ends)
+/// just sent on `endpoint`: `readinto` hands out its bytes in order, every packet verified first, as
+/// HDFS's block reader serves a sequential read from one request. After a failure it hands out
+/// nothing more: the connection is out of step (close it).
+#[pyclass(frozen, name = "BlockReader", module = "pytest_hpcnet_native._native")]
+pub struct PyBlockReader {
+    state: std::sync::Mutex<(Link, Stream, Option<(&'static str, String)>)>,
+}
+
+#[pymethods]
+impl PyBlockReader {
+    #[new]
+    #[pyo3(signature = (endpoint, offset, label, timeout=60.0))]
+    fn new(endpoint: &Bound<'_, PyAny>, offset: u64, label: String, timeout: f64) -> PyResult<Self> {
+        let link = Link::from_python(endpoint, seconds(timeout)?)?;
+        Ok(PyBlockReader { state: std::sync::Mutex::new((link, Stream::new(offset, &label), None)) })
+    }
+
+    /// Fill `into` with the next bytes: `(count, None)`, a short count only at the reply's end; or
+    /// `(count, (kind, reason))` when the reply failed after `count` good bytes (kinds as
+    /// `read_block_into`'s).
+    fn readinto(&self, py: Python<'_>, into: PyBuffer<u8>) -> PyResult<(usize, Option<(&'static str, String)>)> {
+        let target = writable(&into)?;
+        py.allow_threads(|| {
+            let mut guard = self.state.lock().unwrap();
+            let (link, stream, failed) = &mut *guard;
+            if let Some(f) = failed {
+                return Ok((0, Some(f.clone())));
+            }
+            // a failure mid-fill still hands out the verified bytes before it (`pos` moves only past them)
+            let before = stream.position();
+            match stream.fill(link, target) {
+                Ok(n) => Ok((n, None)),
+                Err(e) => {
+                    let f = failure_tuple(e);
+                    *failed = Some(f.clone());
+                    Ok(((stream.position() - before) as usize, Some(f)))
+                }
+            }
+        })
+    }
+
+    /// The block offset of the next byte `readinto` hands out.
+    #[getter]
+    fn position(&self) -> u64 {
+        self.state.lock().unwrap().1.position()
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(read_block_into, m)?)
+    m.add_function(wrap_pyfunction!(read_block_into, m)?)?;
+    m.add_class::<PyBlockReader>()
 }
 
 #[cfg(test)]
@@ -204,6 +346,43 @@ mod tests {
             let mut out = vec![0u8; length];
             read_range(&mut bytes.as_slice(), &mut out, offset as u64, "b").unwrap();
             assert_eq!(out, &block[offset..offset + length], "{offset}+{length}");
+        }
+    }
+
+    #[test]
+    fn a_stream_hands_out_a_reply_in_pieces_of_any_size() {
+        let block: Vec<u8> = (0..20_000u32).map(|i| (i * 13 % 253) as u8).collect();
+        for (offset, piece) in [(0usize, 1000usize), (777, 4096), (5, 1), (1024, 20_000), (19_999, 7)] {
+            let bytes = reply(&block, offset, block.len() - offset, 3072, 512);
+            let (mut r, mut stream, mut got) = (bytes.as_slice(), Stream::new(offset as u64, "b"), Vec::new());
+            let mut buf = vec![0u8; piece];
+            loop {
+                let n = stream.fill(&mut r, &mut buf).unwrap();
+                got.extend_from_slice(&buf[..n]);
+                assert_eq!(stream.position(), (offset + got.len()) as u64);
+                if n < piece {
+                    break;
+                }
+            }
+            assert_eq!(got, &block[offset..], "{offset} in pieces of {piece}");
+            assert!(r.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_corrupt_chunk_split_between_the_buffer_and_the_rest_is_caught() {
+        let block = vec![9u8; 4096];
+        for (at, piece, chunk) in [(1000usize, 700usize, 512u64), (100, 700, 0), (1500, 700, 1024)] {
+            let mut bytes = reply(&block, 0, 4096, 2048, 512);
+            let first_data = bytes.windows(4).position(|w| w == [9, 9, 9, 9]).unwrap();
+            bytes[first_data + at] ^= 1;
+            let mut stream = Stream::new(0, "b");
+            let mut out = vec![0u8; piece];
+            match stream.fill(&mut bytes.as_slice(), &mut out) {
+                Err(ReadFailure::Checksum(m)) => assert!(m.contains(&format!("chunk at byte {chunk} ")), "{m}"),
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(stream.position(), 0);
         }
     }
 

@@ -108,6 +108,35 @@ def test_flipped_byte_on_disk_is_caught_and_other_replica_serves(store, client):
     assert client.open("/c/two").read() == data          # verified, from the good replica
 
 
+def test_sequential_reads_in_any_pieces_go_on_from_the_same_byte_on_another_replica(store, client):
+    """read()/readinto() in pieces of any size across packets and blocks; a replica whose third 1 MiB
+    packet fails its checksum mid-stream is dropped and the read goes on from the same byte on the
+    other replica (the native client streams each block from one request)."""
+    big = 3 << 20                                        # three read packets a block
+    data = os.urandom(2 * big + 3000)
+    _write(client, "/s/f", data, replication=2, block_size=big)
+    src = client.open("/s/f")
+    got = bytearray()
+    for n in (1, 511, 70_000, big, 5):
+        got += src.read(n)
+    got += src.read()
+    assert got == data and src.read(10) == b""
+    block = client.meta("get", path="/s/f")["blocks"][0]
+    first = block["locations"][0]["name"]                # the replica a reader without a node tries first
+    path = store.dirs[first] / "data" / f"blk_{block['id']}"
+    raw = bytearray(path.read_bytes())
+    raw[(5 << 19) + 7] ^= 0x20                           # 2.5 MiB in: the third packet
+    path.write_bytes(raw)
+    src, got, buf = client.open("/s/f"), bytearray(), bytearray(100_000)
+    while n := src.readinto(buf):
+        got += buf[:n]
+    src.close()
+    assert got == data
+    if src._sequential is not None:                     # the native stream met the bad packet mid-block
+        assert [f"block {block['id']} on datanode {first}: checksum mismatch in the chunk at byte "
+                f"{5 << 19} (CRC32C per 512 bytes)"] == src._sequential.failed[block["id"]]
+
+
 def test_datanode_killed_mid_write_pipeline_recovers(launchers, cluster, tmp_path):
     with BlockStore(launchers, cluster, transport="tcp",
                     dirs={n.name: tmp_path / n.name for n in cluster.nodes}).start() as st, \

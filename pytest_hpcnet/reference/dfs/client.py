@@ -22,6 +22,7 @@ from .errors import ChecksumError, DfsError, NoSuchFile
 from . import native as native_dfs
 from .native import resolve_impl
 from .pipeline import DfsOutputStream
+from .sequential import SequentialReads
 from .wire import BYTES_PER_CHECKSUM, MAX_MESSAGE, PACKET_SIZE, decode, encode, request, verify_chunks
 
 DEFAULT_BLOCK_SIZE = 128 * 1024 * 1024
@@ -43,7 +44,7 @@ class DfsClient:
         # who runs the write pipeline's per-packet work (native: core.PacketWriter, over tcp or the
         # native verbs end)
         self.pipeline_impl = resolve_impl(impl, transport, "dfs client impl")
-        self.transport = transport_for(transport, self.pipeline_impl)
+        self.transport_name, self.transport = transport, transport_for(transport, self.pipeline_impl)
         self.node = node or os.environ.get("HPCNET_NODE")
         self._meta = None
         # one metadata connection, one request/reply at a time: threads sharing a client (a writer and a
@@ -236,6 +237,10 @@ class DfsInputStream:
             self.blocks.append((pos, b))
             pos += int(b["length"])
         self.pos = 0
+        # sequential reads (read/readinto) stream each block natively over tcp; pread and the Python
+        # client ask for each range on its own
+        native_tcp = client.pipeline_impl == "native" and client.transport_name == "tcp"
+        self._sequential = SequentialReads(client, path, self.blocks) if native_tcp else None
 
     def pread(self, pos: int, n: int) -> bytes:
         """Up to ``n`` bytes at ``pos``; b"" at or past the end."""
@@ -244,9 +249,9 @@ class DfsInputStream:
         return bytes(out)
 
     def read(self, n: int = -1) -> bytes:
-        data = self.pread(self.pos, self.length - self.pos if n < 0 else n)
-        self.pos += len(data)
-        return data
+        out = bytearray(max(0, self.length - self.pos if n < 0 else min(n, self.length - self.pos)))
+        got = self.readinto(out)
+        return bytes(out) if got == len(out) else bytes(out[:got])
 
     def preadinto(self, pos: int, into) -> int:
         """Fill ``into`` (a writable buffer) with the bytes at ``pos``, up to the end of the file;
@@ -264,7 +269,12 @@ class DfsInputStream:
         return max(0, end - pos)
 
     def readinto(self, into) -> int:
-        n = self.preadinto(self.pos, into)
+        """Fill ``into`` from the stream's position (up to the end of the file); returns how many
+        bytes, and moves the position past them."""
+        if self._sequential is None:
+            n = self.preadinto(self.pos, into)
+        else:
+            n = self._sequential.readinto(self.pos, memoryview(into).cast("B"), self.length)
         self.pos += n
         return n
 
@@ -283,4 +293,11 @@ class DfsInputStream:
                   + "; ".join(map(str, errors)))
 
     def close(self) -> None:
-        pass
+        if self._sequential is not None:
+            self._sequential.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
