@@ -28,7 +28,10 @@ Reads, in the same rounds: one file of ``--size-mb`` MiB, written once at replic
 back through each store into one reused buffer of 1,000,000 bytes (TestDFSIO's read loop) by a
 process of its own (as a TestDFSIO map task), every chunk verified; ``native_read`` is the native client receiving into that buffer from native datanodes that
 send from the page cache with ``sendfile``, ``python_read`` the Python client and datanodes, and
-``dd_read`` is ``dd`` reading a file of the same size from the page cache, the floor of a read.
+``dd_read`` is ``dd`` reading a file of the same size from the page cache; ``read_floor`` is the
+core's block-read floor (``block_read_floor``: checksums and ``sendfile`` one way over loopback tcp,
+receive into one buffer and verify the other, no protocol), so native_read/read_floor is what the
+stack costs over its design.
 
 asv: ``BlockStoreWrite.track_*`` (the ratios, one run each).
 """
@@ -36,7 +39,6 @@ asv: ``BlockStoreWrite.track_*`` (the ratios, one run each).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import shutil
@@ -52,7 +54,7 @@ from pytest_hpcnet import cluster as clusters
 from pytest_hpcnet.reference import native
 from pytest_hpcnet.reference.dfs.store import BlockStore
 from pytest_hpcnet.reference.dfs.wire import PACKET_SIZE
-from pytest_hpcnet.workloads.dfsio.pipeline_cost import datanode_cpu_s
+from pytest_hpcnet.workloads.dfsio.pipeline_cost import datanode_cpu_s, read_cost
 
 BUFFER = 1_000_000
 BLOCK = 128 << 20
@@ -111,6 +113,13 @@ def dd_read_mb_s(source: Path, size_mb: int) -> tuple[float, float]:
     return size_mb / took, cpu * 1000 / size_mb
 
 
+def read_floor_mb_s(directory: Path, size_mb: int) -> tuple[float, float]:
+    """(MiB/s, CPU ms per MiB of both threads) of the block-read floor reading ``size_mb`` MiB in
+    packets of 1 MiB (the native client's read packets)."""
+    seconds, sender, receiver = native.core.block_read_floor(str(directory), size_mb << 20, 1 << 20)
+    return size_mb / seconds, (sender + receiver) * 1000 / size_mb
+
+
 def floor_mb_s(directory: Path, size_mb: int) -> tuple[float, float]:
     """(MiB/s, CPU ms per MiB of both threads) of the block-write floor writing ``size_mb`` MiB into
     ``directory`` in packets of the store's size (64 KiB, a CRC32C per 512 bytes)."""
@@ -140,36 +149,11 @@ def store_mb_s(store: BlockStore, size_mb: int, replication: int, path: str, imp
     return size_mb / took, cpu * 1000 / size_mb
 
 
-# The reading process of ``store_read_mb_s``: prints [bytes, seconds, CPU seconds] of one whole read.
-READ_CHILD = """
-import json, sys, time
-from pytest_hpcnet.reference.dfs.client import DfsClient
-meta, transport, path, impl, size = json.loads(sys.argv[1])
-buf = memoryview(bytearray(size))
-with DfsClient(tuple(meta), transport, node="node0", impl=impl) as client:
-    start, cpu = time.perf_counter(), time.process_time()
-    src, got = client.open(path), 0
-    while n := src.readinto(buf):
-        got += n
-    print(json.dumps([got, time.perf_counter() - start, time.process_time() - cpu]))
-"""
-
-
 def store_read_mb_s(store: BlockStore, size_mb: int, path: str, impl: str) -> tuple[float, float]:
     """(MiB/s, CPU ms per MiB of client and datanodes) of reading ``path`` back whole into one reused
-    buffer, every chunk verified, in a process of its own as a TestDFSIO map task reads (a process that
-    has already moved megabytes allocates differently: glibc raises its mmap threshold). The process
-    imports the client alone, as the task does (a child that imported this module read about a third
-    slower natively; why is not known)."""
+    buffer, every chunk verified, in a process of its own as a TestDFSIO map task reads (``read_cost``)."""
     with store.client(node="node0", impl=impl) as client:
-        dn_before = datanode_cpu_s(client)
-        child = subprocess.run([sys.executable, "-c", READ_CHILD, json.dumps(
-            [list(store.meta_address), store.transport, path, impl, BUFFER])], capture_output=True, text=True)
-        if child.returncode:
-            raise RuntimeError(f"reading {path} ({impl}) failed: {child.stderr.strip()[-400:]}")
-        got, took, cpu = json.loads(child.stdout)
-        dn_after = datanode_cpu_s(client)
-    cpu += sum(dn_after[n] - dn_before.get(n, 0.0) for n in dn_after)
+        got, took, cpu = read_cost(client, path, impl)
     if got != size_mb << 20:
         raise RuntimeError(f"{path}: read {got} bytes of {size_mb << 20}")
     return size_mb / took, cpu * 1000 / size_mb
@@ -198,6 +182,7 @@ def compare(size_mb: int, rounds: int, directory: Path | None, transports=("tcp"
             writers["dd_read"] = lambda: dd_read_mb_s(dd_source, size_mb)
             if native.AVAILABLE:
                 writers["floor"] = lambda: floor_mb_s(root, size_mb)
+                writers["read_floor"] = lambda: read_floor_mb_s(root, size_mb)
             for transport in transports:
                 prefix = "" if transport == "tcp" else f"{transport}_"
                 for impl in impls:
@@ -235,6 +220,11 @@ def compare(size_mb: int, rounds: int, directory: Path | None, transports=("tcp"
     for impl in impls:
         ratios[f"{impl}_read/dd_read"] = statistics.median(
             a / b for a, b in zip(samples[f"{impl}_read"], samples["dd_read"]))
+    if "read_floor" in samples:
+        ratios["native_read/read_floor"] = statistics.median(
+            a / b for a, b in zip(samples["native_read"], samples["read_floor"]))
+        ratios["read_floor/dd_read"] = statistics.median(
+            a / b for a, b in zip(samples["read_floor"], samples["dd_read"]))
     if len(impls) == 2:
         ratios["native_read/python_read"] = statistics.median(
             a / b for a, b in zip(samples["native_read"], samples["python_read"]))
@@ -287,6 +277,9 @@ class BlockStoreWrite:
 
     def track_native_read_vs_dd_read(self, cache):
         return cache["ratios"].get("native_read/dd_read", float("nan"))
+
+    def track_native_read_vs_read_floor(self, cache):
+        return cache["ratios"].get("native_read/read_floor", float("nan"))
 
     def track_native_vs_python_read(self, cache):
         return cache["ratios"].get("native_read/python_read", float("nan"))

@@ -106,6 +106,24 @@ fn block_write_floor(py: Python<'_>, directory: std::path::PathBuf, total: usize
     Ok((f.seconds, f.sender_cpu, f.receiver_cpu))
 }
 
+/// The block-read floor (`dfs_floor::read`): reads `total` bytes of a replica it writes into
+/// `directory` first, `packet` bytes per packet; (wall seconds, sender CPU seconds, receiver CPU
+/// seconds). Its files are removed before it returns.
+#[pyfunction]
+#[pyo3(signature = (directory, total, packet=1 << 20, bpc=512, checksum="crc32c", timeout=60.0))]
+fn block_read_floor(py: Python<'_>, directory: std::path::PathBuf, total: usize, packet: usize, bpc: usize,
+                    checksum: &str, timeout: f64) -> PyResult<(f64, f64, f64)> {
+    let (k, bpc) = (kind(checksum)?, check_bpc(bpc)?);
+    if total == 0 || packet == 0 || packet % bpc != 0 {
+        return Err(PyValueError::new_err(format!(
+            "the floor needs bytes to read and a packet of whole chunks (total {total}, packet {packet})")));
+    }
+    let timeout = positive_seconds(timeout, "timeout")?;
+    let f = py.allow_threads(|| crate::dfs_floor::read(&directory, total, packet, bpc, k, timeout))
+        .map_err(|e| PyOSError::new_err(format!("the block-read floor: {e}")))?;
+    Ok((f.seconds, f.sender_cpu, f.receiver_cpu))
+}
+
 /// `secs` as a timeout a socket accepts (finite, positive); ValueError naming `what` otherwise.
 fn positive_seconds(secs: f64, what: &str) -> PyResult<Duration> {
     Duration::try_from_secs_f64(secs).ok().filter(|d| !d.is_zero())
@@ -339,6 +357,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(crc32c_instruction_floor_available, m)?)?;
     m.add_function(wrap_pyfunction!(first_bad_chunk, m)?)?;
     m.add_function(wrap_pyfunction!(block_write_floor, m)?)?;
+    m.add_function(wrap_pyfunction!(block_read_floor, m)?)?;
     m.add_class::<PyBlockStream>()?;
     Ok(())
 }

@@ -1,4 +1,4 @@
-"""What the block store's write path costs in CPU, the measures its local claims gate on.
+"""What the block store's write and read paths cost in CPU, the measures its local claims gate on.
 
 CPU time, not wall time: on a shared 2-core box a write's wall time measures the neighbours as much
 as the pipeline (issue 13: wall-clock ratios moved by more than 20% between an idle and a loaded
@@ -10,6 +10,9 @@ system calls and interpreter steps each packet takes.
   ``time.process_time()``, every thread included, through the ``cpu`` op).
 - ``floor_cpu_ms_per_mb``: the same for the native core's block-write floor (``block_write_floor``:
   the design's copies and checksum passes, no protocol), both its threads.
+- ``read_cost``: one file read back whole by a fresh process (``timed_read``); the CPU of that process
+  plus every datanode. ``read_floor_cpu_ms_per_mb``: the core's block-read floor (``block_read_floor``:
+  checksums and ``sendfile`` one way, receive and verify the other), both its threads.
 - ``pipeline_on_one_core``: this thread and every datanode process of the store on one CPU, so a
   write's CPU is the work of its ends and not the wake-ups between two CPUs.
 - ``interleaved_checksum_cost``: per-chunk checksums of a buffer computed in this thread under two
@@ -27,6 +30,7 @@ from pathlib import Path
 from ...cluster.reaper import controller_id
 from ...measure import Paired, floor_round, on_one_core, paired_in_processes
 from ...reference.dfs import checksums
+from ...reference.dfs import timed_read
 from ...reference.dfs.client import DfsClient
 
 BUFFER = 1_000_000      # TestDFSIO's default -bufferSize
@@ -56,6 +60,25 @@ def pipeline_cpu_ms_per_mb(client: DfsClient, path: str, size_mb: int, replicati
     spent += sum(after_dn[n] - before_dn.get(n, 0.0) for n in after_dn)
     client.delete(path)
     return spent * 1000 / size_mb
+
+
+def read_cost(client: DfsClient, path: str, impl: str) -> tuple[int, float, float]:
+    """(bytes, wall seconds, CPU seconds of the reading process and every datanode) of reading
+    ``path`` back whole in a fresh process with an ``impl`` client (``timed_read``, as a TestDFSIO map
+    task reads), on ``client``'s node and in this thread's CPU affinity."""
+    before_dn = datanode_cpu_s(client)
+    got, took, cpu = timed_read.in_child(client.meta_address, client.transport_name, path, impl,
+                                         node=client.node)
+    after_dn = datanode_cpu_s(client)
+    return got, took, cpu + sum(after_dn[n] - before_dn.get(n, 0.0) for n in after_dn)
+
+
+def read_floor_cpu_ms_per_mb(directory: Path, size_mb: int, packet: int) -> float:
+    """The block-read floor reading ``size_mb`` MiB of a replica it writes into ``directory`` first, in
+    ``packet``-byte packets; CPU ms per MiB of its two threads (its files are removed)."""
+    from ...reference.native import core
+    _, sender, receiver = core.block_read_floor(str(directory), size_mb << 20, packet)
+    return (sender + receiver) * 1000 / size_mb
 
 
 def floor_cpu_ms_per_mb(directory: Path, size_mb: int, packet: int) -> float:
