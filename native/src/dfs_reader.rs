@@ -288,6 +288,19 @@ impl PyBlockReader {
         })
     }
 
+    /// After the last byte of the range: read the reply's end, so the connection is left in step
+    /// (None) or, if something else came, `(kind, reason)` (close it).
+    fn finish(&self, py: Python<'_>) -> Option<(&'static str, String)> {
+        py.allow_threads(|| {
+            let mut guard = self.state.lock().unwrap();
+            let (link, stream, failed) = &mut *guard;
+            if failed.is_some() {
+                return failed.clone();
+            }
+            stream.finish(link).err().map(failure_tuple)
+        })
+    }
+
     /// The block offset of the next byte `readinto` hands out.
     #[getter]
     fn position(&self) -> u64 {

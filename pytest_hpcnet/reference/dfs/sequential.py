@@ -60,7 +60,8 @@ class SequentialReads:
                                       f"{cur.stop - cur.at()} bytes early")
             if failure is not None:
                 self._drop(cur, *failure)
-            elif cur.at() >= cur.stop:
+            elif cur.at() >= cur.stop:      # the block is done: take its end, so the datanode's
+                cur.reader.finish()           # reply is read whole before the connection closes
                 self.close()
         return filled
 
