@@ -8,17 +8,21 @@ only cost time). Throughput is TestDFSIO's "Throughput mb/sec" (MB over the sum 
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from pytest_hpcnet.measure import measurement
 from pytest_hpcnet.options import env_int
+from pytest_hpcnet.reference.dfs import timed_read
 from pytest_hpcnet.reference.dfs.store import BlockStore
 from pytest_hpcnet.reference.dfs.wire import PACKET_SIZE
 from pytest_hpcnet.reference import native
 from pytest_hpcnet.reference.transport import TRANSPORTS, verbs
 from pytest_hpcnet.workloads.dfsio import FsTarget, parse_dfsio_args, run_dfsio
 from pytest_hpcnet.workloads.dfsio.pipeline_cost import (floor_cpu_ms_per_mb, interleaved_checksum_cost,
-                                                       pipeline_cpu_ms_per_mb, pipeline_on_one_core)
+                                                       pipeline_cpu_ms_per_mb, pipeline_on_one_core,
+                                                       read_cpu_ms_per_mb, read_floor_cpu_ms_per_mb)
 
 ROUNDS = 12
 SIZE = "2MB"
@@ -89,6 +93,8 @@ PIPELINE_MB, PIPELINE_PACKET, PIPELINE_BLOCK = 8, 8 * 1024, 4 << 20
 # the stack-over-floor gate: 64 MiB a write (one block), 30 rounds (about 20 s); a round's ratio
 # moves +-15% (page-cache state, the datanode's per-block threads), the median of 30 about +-4%
 FLOOR_MB, FLOOR_ROUNDS, FLOOR_BLOCK = 64, 30, 128 << 20
+# the read gate: one 64 MiB file (one block), each round a native and a Python reading process
+READ_MB, READ_ROUNDS, READ_BEST_OF = 64, 16, 3
 
 
 @pytest.fixture
@@ -196,6 +202,87 @@ def test_blockstore_cpu_native_r1_vs_floor(native_and_python_stores, cluster, wo
                      for name, samples in ((paired.baseline_name, paired.baseline),
                                            (paired.candidate_name, paired.candidate))))
     claim("dfsio.local.blockstore.native_r1_vs_floor.cpu", paired)
+
+
+@pytest.fixture
+def read_back(native_and_python_stores, cluster):
+    """A client on the first node of the native store, and one file of READ_MB MiB (one block, its one
+    replica on that node) for it to read back; the file goes after the test."""
+    node, store = cluster.names[0], native_and_python_stores["native"]
+    client = store.client(block_size=FLOOR_BLOCK, impl="native", node=node)
+    try:
+        with client.create("/cpu/read", replication=1) as out:
+            out.write(os.urandom(READ_MB << 20))
+        yield client, "/cpu/read"
+    finally:
+        client.close()
+    with store.client() as fresh:      # the test may leave the client's metadata connection idle past
+        fresh.delete("/cpu/read")      # the service's idle timeout
+
+
+def _record_read(measure, paired, metric: str, node: str, **params) -> None:
+    measure.record(*(measurement(metric, samples, unit="ms/MiB", direction="lower", config=name, nodes=[node],
+                                 params={"size_mb": READ_MB, "buffer": timed_read.BUFFER, "cpus": 1, **params})
+                     for name, samples in ((paired.baseline_name, paired.baseline),
+                                           (paired.candidate_name, paired.candidate))))
+
+
+def _pinned_or_skip(pinned: bool, cluster) -> None:
+    if not pinned:
+        pytest.skip(f"the datanodes of cluster {cluster.source} are not all processes on this host "
+                    "(or it cannot pin threads to a CPU): this gate needs both ends on one CPU")
+
+
+def test_blockstore_read_cpu_native_vs_floor(read_back, cluster, workdirs, measure, claim):
+    """CPU per MiB of reading one block back whole through the native path -- a sequential read that
+    streams the block from one request, each reply received straight into the caller's buffer and
+    verified in the core, from a native datanode that sends from the page cache with ``sendfile`` --
+    against the native block-read floor (the same checksum reads, ``sendfile``, receive and verify,
+    with no protocol) in the same node's directory: what the stack costs over its design. This
+    process, the datanodes and the floor all run on one CPU; each side's sample is the cheaper of
+    ``READ_BEST_OF`` reads, since a neighbour's time slice only ever adds to one."""
+    client, path = read_back
+    node = cluster.names[0]
+    floor_dir = workdirs[node] / "dfs-read-floor"
+    floor_dir.mkdir(parents=True, exist_ok=True)
+    metric = "dfsio.read.cpu_ms_per_mb"
+    buf = memoryview(bytearray(timed_read.BUFFER))
+
+    def native_read() -> float:
+        return read_cpu_ms_per_mb(client, path, buf, READ_MB)
+
+    def floor() -> float:
+        return read_floor_cpu_ms_per_mb(floor_dir, READ_MB, 1 << 20)
+
+    with pipeline_on_one_core(client) as pinned:
+        _pinned_or_skip(pinned, cluster)
+        paired = measure.paired(
+            ("blockstore,transport=tcp,read,impl=floor", lambda: min(floor() for _ in range(READ_BEST_OF))),
+            ("blockstore,transport=tcp,read,impl=native", lambda: min(native_read() for _ in range(READ_BEST_OF))),
+            rounds=READ_ROUNDS, metric=metric)
+    _record_read(measure, paired, metric, node, packet=1 << 20)
+    claim("dfsio.local.blockstore.read_native_vs_floor.cpu", paired)
+
+
+def test_blockstore_read_client_cpu_native_vs_python(read_back, cluster, measure, claim):
+    """Client CPU per MiB of the same read by the native client against the Python one, which takes
+    each 1 MiB packet through a buffer of its own: the design effect of receiving in place. Both read
+    from a native datanode, in fresh processes, on one CPU with the datanodes."""
+    client, path = read_back
+    metric = "dfsio.read.client_cpu_ms_per_mb"
+
+    def client_cpu(impl: str) -> float:
+        got, _, cpu = timed_read.in_child(client.meta_address, "tcp", path, impl, node=client.node)
+        assert got == READ_MB << 20
+        return cpu * 1000 / READ_MB
+
+    with pipeline_on_one_core(client) as pinned:
+        _pinned_or_skip(pinned, cluster)
+        paired = measure.paired(("blockstore,transport=tcp,read,impl=python", lambda: client_cpu("python")),
+                                ("blockstore,transport=tcp,read,impl=native", lambda: client_cpu("native")),
+                                rounds=READ_ROUNDS, metric=metric)
+    _record_read(measure, paired, metric, cluster.names[0])
+    claim("dfsio.local.blockstore.read_native_vs_python.client_cpu", paired)
 
 
 @pytest.mark.edr

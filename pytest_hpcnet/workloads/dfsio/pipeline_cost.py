@@ -10,7 +10,8 @@ system calls and interpreter steps each packet takes.
   ``time.process_time()``, every thread included, through the ``cpu`` op).
 - ``floor_cpu_ms_per_mb``: the same for the native core's block-write floor (``block_write_floor``:
   the design's copies and checksum passes, no protocol), both its threads.
-- ``read_cost``: one file read back whole by a fresh process (``timed_read``); the CPU of that process
+- ``read_cpu_ms_per_mb``: one file read back whole by this process; CPU ms per MiB of it and every
+  datanode. ``read_cost``: the same read by a fresh process (``timed_read``); the CPU of that process
   plus every datanode. ``read_floor_cpu_ms_per_mb``: the core's block-read floor (``block_read_floor``:
   checksums and ``sendfile`` one way, receive and verify the other), both its threads.
 - ``pipeline_on_one_core``: this thread and every datanode process of the store on one CPU, so a
@@ -32,6 +33,7 @@ from ...measure import Paired, floor_round, on_one_core, paired_in_processes
 from ...reference.dfs import checksums
 from ...reference.dfs import timed_read
 from ...reference.dfs.client import DfsClient
+from ...reference.dfs.errors import DfsError
 
 BUFFER = 1_000_000      # TestDFSIO's default -bufferSize
 
@@ -60,6 +62,21 @@ def pipeline_cpu_ms_per_mb(client: DfsClient, path: str, size_mb: int, replicati
     spent += sum(after_dn[n] - before_dn.get(n, 0.0) for n in after_dn)
     client.delete(path)
     return spent * 1000 / size_mb
+
+
+def read_cpu_ms_per_mb(client: DfsClient, path: str, buffer: memoryview, size_mb: int) -> float:
+    """Read ``path`` (``size_mb`` MiB) back whole into ``buffer``, again and again (``readinto``);
+    CPU ms per MiB of this process and every datanode."""
+    before_dn, before = datanode_cpu_s(client), time.process_time()
+    got = 0
+    with client.open(path) as src:
+        while n := src.readinto(buffer):
+            got += n
+    spent = time.process_time() - before
+    after_dn = datanode_cpu_s(client)
+    if got != size_mb << 20:
+        raise DfsError(f"{path}: read {got} bytes of {size_mb << 20}")
+    return (spent + sum(after_dn[n] - before_dn.get(n, 0.0) for n in after_dn)) * 1000 / size_mb
 
 
 def read_cost(client: DfsClient, path: str, impl: str) -> tuple[int, float, float]:
