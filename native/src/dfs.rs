@@ -95,14 +95,23 @@ fn first_bad_chunk(py: Python<'_>, data: PyBuffer<u8>, sums: PyBuffer<u8>, bpc: 
 #[pyo3(signature = (directory, total, packet=65536, bpc=512, checksum="crc32c", timeout=60.0))]
 fn block_write_floor(py: Python<'_>, directory: std::path::PathBuf, total: usize, packet: usize, bpc: usize,
                      checksum: &str, timeout: f64) -> PyResult<(f64, f64, f64)> {
+    run_floor(py, crate::dfs_floor::write, "block-write", &directory, total, packet, bpc, checksum, timeout)
+}
+
+type Floor = fn(&std::path::Path, usize, usize, usize, Kind, Duration) -> std::io::Result<crate::dfs_floor::Figures>;
+
+/// One floor run with its arguments checked, the GIL released; OSError naming the floor on failure.
+#[allow(clippy::too_many_arguments)]
+fn run_floor(py: Python<'_>, floor: Floor, name: &str, directory: &std::path::Path, total: usize, packet: usize,
+             bpc: usize, checksum: &str, timeout: f64) -> PyResult<(f64, f64, f64)> {
     let (k, bpc) = (kind(checksum)?, check_bpc(bpc)?);
-    if total == 0 || packet == 0 {
+    if total == 0 || packet == 0 || packet % bpc != 0 {
         return Err(PyValueError::new_err(format!(
-            "the floor needs bytes to write and a packet size (total {total}, packet {packet})")));
+            "the {name} floor needs bytes and a packet of whole chunks (total {total}, packet {packet})")));
     }
     let timeout = positive_seconds(timeout, "timeout")?;
-    let f = py.allow_threads(|| crate::dfs_floor::write(&directory, total, packet, bpc, k, timeout))
-        .map_err(|e| PyOSError::new_err(format!("the block-write floor: {e}")))?;
+    let f = py.allow_threads(|| floor(directory, total, packet, bpc, k, timeout))
+        .map_err(|e| PyOSError::new_err(format!("the {name} floor: {e}")))?;
     Ok((f.seconds, f.sender_cpu, f.receiver_cpu))
 }
 
@@ -113,15 +122,7 @@ fn block_write_floor(py: Python<'_>, directory: std::path::PathBuf, total: usize
 #[pyo3(signature = (directory, total, packet=1 << 20, bpc=512, checksum="crc32c", timeout=60.0))]
 fn block_read_floor(py: Python<'_>, directory: std::path::PathBuf, total: usize, packet: usize, bpc: usize,
                     checksum: &str, timeout: f64) -> PyResult<(f64, f64, f64)> {
-    let (k, bpc) = (kind(checksum)?, check_bpc(bpc)?);
-    if total == 0 || packet == 0 || packet % bpc != 0 {
-        return Err(PyValueError::new_err(format!(
-            "the floor needs bytes to read and a packet of whole chunks (total {total}, packet {packet})")));
-    }
-    let timeout = positive_seconds(timeout, "timeout")?;
-    let f = py.allow_threads(|| crate::dfs_floor::read(&directory, total, packet, bpc, k, timeout))
-        .map_err(|e| PyOSError::new_err(format!("the block-read floor: {e}")))?;
-    Ok((f.seconds, f.sender_cpu, f.receiver_cpu))
+    run_floor(py, crate::dfs_floor::read, "block-read", &directory, total, packet, bpc, checksum, timeout)
 }
 
 /// `secs` as a timeout a socket accepts (finite, positive); ValueError naming `what` otherwise.

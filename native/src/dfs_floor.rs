@@ -131,11 +131,17 @@ pub fn write(dir: &Path, total: usize, packet: usize, bpc: usize, kind: Kind, ti
         }
         Ok(())
     })();
-    let sender_cpu = thread_cpu() - cpu0;
+    conclude(sent, thread_cpu() - cpu0, &sender, tail, start, replica)
+}
+
+/// The end of a floor run: the receiving thread joined (woken by a shutdown when the sender failed),
+/// the replica removed, and the figures, or the first error.
+fn conclude(sent: io::Result<()>, sender_cpu: f64, sender: &TcpStream, receiver: std::thread::JoinHandle<io::Result<f64>>,
+            start: Instant, replica: Replica) -> io::Result<Figures> {
     if sent.is_err() {
-        let _ = sender.shutdown(Shutdown::Both);   // the tail wakes and ends
+        let _ = sender.shutdown(Shutdown::Both);
     }
-    let received = tail.join().map_err(|_| io::Error::other("the receiving thread panicked"))?;
+    let received = receiver.join().map_err(|_| io::Error::other("the receiving thread panicked"))?;
     let seconds = start.elapsed().as_secs_f64();
     drop(replica);
     sent?;
@@ -196,15 +202,7 @@ pub fn read(dir: &Path, total: usize, packet: usize, bpc: usize, kind: Kind, tim
         }
         Ok(())
     })();
-    let sender_cpu = thread_cpu() - cpu0;
-    if sent.is_err() {
-        let _ = sender.shutdown(Shutdown::Both);   // the client wakes and ends
-    }
-    let received = client.join().map_err(|_| io::Error::other("the receiving thread panicked"))?;
-    let seconds = start.elapsed().as_secs_f64();
-    drop(replica);
-    sent?;
-    Ok(Figures { seconds, sender_cpu, receiver_cpu: received? })
+    conclude(sent, thread_cpu() - cpu0, &sender, client, start, replica)
 }
 
 #[cfg(test)]

@@ -71,20 +71,24 @@ def test_the_crc32c_instruction_floor_computes_the_same_sums(size):
 
 
 @needs_native
-def test_the_block_write_floor_writes_through_and_keeps_nothing(tmp_path):
-    """bench_blockstore.py's floor: every byte through a verifying loopback pipeline into the
-    directory, figures for both threads, and no file left behind; bad input is one line each."""
-    seconds, sender, receiver = native.core.block_write_floor(str(tmp_path), 3 * 65536 + 1000)
+@pytest.mark.parametrize("which", ["write", "read"])
+def test_the_block_floors_run_through_and_keep_nothing(tmp_path, which):
+    """bench_blockstore.py's floors: every byte through a verifying loopback pipeline (into the
+    directory, or out of a replica the read floor writes there first), figures for both threads, and no
+    file left behind; bad input is one line each."""
+    floor = getattr(native.core, f"block_{which}_floor")
+    seconds, sender, receiver = floor(str(tmp_path), 3 * 65536 + 1000)
     assert seconds > 0 and sender >= 0 and receiver >= 0
     assert list(tmp_path.iterdir()) == []
-    native.core.block_write_floor(str(tmp_path), 5000, 1024, 512, "crc32")
-    for args, error, match in [((str(tmp_path), 0), ValueError, "needs bytes to write"),
-                               ((str(tmp_path), 10, 0), ValueError, "needs bytes to write"),
+    floor(str(tmp_path), 5000, 1024, 512, "crc32")
+    for args, error, match in [((str(tmp_path), 0), ValueError, "needs bytes"),
+                               ((str(tmp_path), 10, 0), ValueError, "needs bytes"),
+                               ((str(tmp_path), 10, 700), ValueError, "packet of whole chunks"),
                                ((str(tmp_path), 10, 512, 0), ValueError, "bytes per checksum must be positive"),
                                ((str(tmp_path), 10, 512, 512, "md5"), ValueError, "unknown checksum type"),
-                               ((str(tmp_path / "gone"), 10), OSError, "the block-write floor: .*gone.*No such file")]:
+                               ((str(tmp_path / "gone"), 10), OSError, f"the block-{which} floor: .*gone.*No such file")]:
         with pytest.raises(error, match=match) as e:
-            native.core.block_write_floor(*args)
+            floor(*args)
         assert "\n" not in str(e.value)
     assert list(tmp_path.iterdir()) == []
 
