@@ -54,7 +54,7 @@ from pytest_hpcnet import cluster as clusters
 from pytest_hpcnet.reference import native
 from pytest_hpcnet.reference.dfs.store import BlockStore
 from pytest_hpcnet.reference.dfs.wire import PACKET_SIZE
-from pytest_hpcnet.workloads.dfsio.pipeline_cost import datanode_cpu_s, read_cost
+from pytest_hpcnet.workloads.dfsio.pipeline_cost import datanode_cpu_s, datanode_cpu_since, read_cost
 
 BUFFER = 1_000_000
 BLOCK = 128 << 20
@@ -142,9 +142,7 @@ def store_mb_s(store: BlockStore, size_mb: int, replication: int, path: str, imp
                 out.write(data[:n])
                 left -= n
         took = time.perf_counter() - start
-        cpu = time.process_time() - cpu_before
-        dn_after = datanode_cpu_s(client)
-        cpu += sum(dn_after[n] - dn_before.get(n, 0.0) for n in dn_after)
+        cpu = time.process_time() - cpu_before + datanode_cpu_since(client, dn_before)
         client.delete(path)
     return size_mb / took, cpu * 1000 / size_mb
 

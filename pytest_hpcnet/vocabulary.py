@@ -35,8 +35,8 @@ METRICS: frozenset[str] = frozenset({
     # dfsio (pytest_hpcnet.workloads.dfsio.results)
     *(f"dfsio.{kind}.{figure}" for kind in _DFSIO
       for figure in ("throughput", "average_io_rate", "exec_time", "task_rate")),
-    # the block store's write path in CPU time (pytest_hpcnet.workloads.dfsio.pipeline_cost), and a
-    # read's client in a process of its own (pytest_hpcnet.reference.dfs.timed_read)
+    # the block store's write and read paths in CPU time (pytest_hpcnet.workloads.dfsio.pipeline_cost),
+    # and a read's client in a process of its own (pytest_hpcnet.reference.dfs.timed_read)
     "dfsio.write.cpu_ms_per_mb", "dfsio.checksum.cpu_ns_per_kib", "dfsio.read.cpu_ms_per_mb",
     "dfsio.read.client_cpu_ms_per_mb",
     # mapreduce (pytest_hpcnet.workloads.mapreduce)

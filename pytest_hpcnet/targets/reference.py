@@ -38,7 +38,7 @@ KEYS: dict[str, ConfigKey] = {
 WORDS: dict[str, str] = {
     "posix": "TestDFSIO on a POSIX directory",
     "blockstore": "TestDFSIO on the reference block store",
-    "read": "the block store's read path: a file read back whole by a process of its own, as a TestDFSIO "
+    "read": "the block store's read path: a file read back whole into one reused buffer, as a TestDFSIO "
             "map task reads",
     "alone": "QJump experiment: barrier-sync latency with nothing else on the link",
     "interference": "QJump experiment: barrier-sync latency beside bulk TCP flows",

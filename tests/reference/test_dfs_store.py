@@ -134,7 +134,7 @@ def test_sequential_reads_in_any_pieces_go_on_from_the_same_byte_on_another_repl
     assert got == data
     if src._sequential is not None:                     # the native stream met the bad packet mid-block
         assert [f"block {block['id']} on datanode {first}: checksum mismatch in the chunk at byte "
-                f"{5 << 19} (CRC32C per 512 bytes)"] == src._sequential.failed[block["id"]]
+                f"{5 << 19} (CRC32C per 512 bytes)"] == list(map(str, src._sequential.failed[block["id"]]))
 
 
 def test_datanode_killed_mid_write_pipeline_recovers(launchers, cluster, tmp_path):

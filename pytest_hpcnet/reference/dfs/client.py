@@ -18,7 +18,7 @@ import threading
 from .. import auth
 from ..transport import TransportError, get_transport, transport_for
 from . import checksums
-from .errors import ChecksumError, DfsError, NoSuchFile
+from .errors import ChecksumError, DfsError, NoSuchFile, unreadable
 from . import native as native_dfs
 from .native import resolve_impl
 from .pipeline import DfsOutputStream
@@ -45,6 +45,9 @@ class DfsClient:
         # native verbs end)
         self.pipeline_impl = resolve_impl(impl, transport, "dfs client impl")
         self.transport_name, self.transport = transport, transport_for(transport, self.pipeline_impl)
+        # reads in the native core over tcp only: over the native verbs end they measured no faster than
+        # pyverbs (the guest's reads run at the fabric's pace; bench_blockstore --transports verbs, 0.93x)
+        self.native_reads = self.pipeline_impl == "native" and transport == "tcp"
         self.node = node or os.environ.get("HPCNET_NODE")
         self._meta = None
         # one metadata connection, one request/reply at a time: threads sharing a client (a writer and a
@@ -170,18 +173,12 @@ class DfsClient:
             conn.send(encode({"op": "read_block", "block": block["id"], "offset": offset,
                               "length": length, "packet": max(self.packet_size, 1 << 20)}),
                       timeout=self.timeout)
-            # native over tcp only: over the native verbs end it measured no faster than pyverbs (the
-            # guest's reads run at the fabric's pace; bench_blockstore --transports verbs, 0.93x)
-            if self.pipeline_impl == "native" and getattr(conn, "sock", None) is not None and conn.in_step():
+            if self.native_reads and conn.in_step():
                 failure = native_dfs.read_into(conn, into, offset, where, self.timeout)
                 if failure is not None:
-                    kind, reason = failure
-                    if kind != "refused":
+                    if failure[0] != "refused":
                         self._forget(loc)      # the rest of this reply is unread
-                    if kind == "checksum":
-                        raise ChecksumError(reason)
-                    raise DfsError(reason if kind == "refused" else f"datanode {loc['name']}: read of "
-                                   f"block {block['id']} failed: {reason}")
+                    raise native_dfs.read_failure(*failure, loc["name"], block["id"])
                 return
             parts, first = [], None
             while True:
@@ -239,8 +236,7 @@ class DfsInputStream:
         self.pos = 0
         # sequential reads (read/readinto) stream each block natively over tcp; pread and the Python
         # client ask for each range on its own
-        native_tcp = client.pipeline_impl == "native" and client.transport_name == "tcp"
-        self._sequential = SequentialReads(client, path, self.blocks) if native_tcp else None
+        self._sequential = SequentialReads(client, path, self.blocks) if client.native_reads else None
 
     def pread(self, pos: int, n: int) -> bytes:
         """Up to ``n`` bytes at ``pos``; b"" at or past the end."""
@@ -250,8 +246,7 @@ class DfsInputStream:
 
     def read(self, n: int = -1) -> bytes:
         out = bytearray(max(0, self.length - self.pos if n < 0 else min(n, self.length - self.pos)))
-        got = self.readinto(out)
-        return bytes(out) if got == len(out) else bytes(out[:got])
+        return bytes(memoryview(out)[:self.readinto(out)])
 
     def preadinto(self, pos: int, into) -> int:
         """Fill ``into`` (a writable buffer) with the bytes at ``pos``, up to the end of the file;
@@ -288,9 +283,7 @@ class DfsInputStream:
                 return self.client.read_block_into(loc, block, offset, into)
             except DfsError as e:
                 errors.append(e)
-        cls = ChecksumError if any(isinstance(e, ChecksumError) for e in errors) else DfsError
-        raise cls(f"{self.path}: no replica of block {block['id']} could be read: "
-                  + "; ".join(map(str, errors)))
+        raise unreadable(self.path, block["id"], errors)
 
     def close(self) -> None:
         if self._sequential is not None:

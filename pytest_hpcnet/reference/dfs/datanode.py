@@ -144,10 +144,10 @@ class DataNode:
             offset, length = _nonneg(h["offset"], "offset"), _nonneg(h["length"], "length")
             packet = min(MAX_PACKET, max(1, _nonneg(h.get("packet", PACKET_SIZE), "packet")))
             _, bpc, kind = self.blocks.info(block)
-            if self.impl == "native" and getattr(conn, "sock", None) is not None:
+            if self.impl == "native" and hasattr(conn, "send_file"):     # tcp: data from the page cache
                 for start, n, crcs, data in self.blocks.spans(block, offset, length, packet):
-                    native_dfs.send_packet(conn, {"op": "data", "start": start, "len": n, "bpc": bpc,
-                                                  "checksum": kind}, crcs, data, start, n)
+                    head = encode({"op": "data", "start": start, "len": n, "bpc": bpc, "checksum": kind}, crcs)
+                    conn.send_file(b"".join(head), data, start, n, f"block {block}'s data")
             else:
                 for start, data, crcs in self.blocks.read(block, offset, length, packet):
                     conn.send(encode({"op": "data", "start": start, "len": len(data), "bpc": bpc,

@@ -21,3 +21,10 @@ class DfsWriteError(DfsError):
 
 class ProtocolError(DfsError):
     """A peer sent something that is not a message of this protocol."""
+
+
+def unreadable(path: str, block_id: int, errors: list[DfsError]) -> DfsError:
+    """The error of a read no replica of a block could serve: ``ChecksumError`` if any replica failed
+    its checksums, else ``DfsError``, naming every replica's failure in order."""
+    cls = ChecksumError if any(isinstance(e, ChecksumError) for e in errors) else DfsError
+    return cls(f"{path}: no replica of block {block_id} could be read: " + "; ".join(map(str, errors)))

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 from ...errors import ConfigError
 from .. import native as core_module
-from ..transport import TransportClosed
-from ..transport.base import LENGTH
-from .wire import encode
+from .errors import ChecksumError, DfsError
 
 IMPLS = core_module.IMPLS
 
@@ -78,24 +76,19 @@ def stream(up, down, writer, index: int, label: str, packet_timeout: float, log)
         block_stream.finish(last, packet_timeout, abort)
 
 
-def send_packet(conn, header: dict, sums: bytes, data_fd: int, offset: int, length: int) -> None:
-    """One ``data`` message on a tcp connection, its ``length`` bytes sent from the file ``data_fd`` at
-    ``offset`` by ``sendfile`` (page cache to socket, no copy in this process): the frame is the one
-    ``conn.send(encode(header, sums, data))`` would send."""
-    head = encode(header, sums)
-    prefix = LENGTH.pack(len(head[0]) + len(sums) + length) + head[0] + sums
-    with conn._send_lock:
-        try:
-            core_module.core.send_file(conn.sock.fileno(), data_fd, offset, length, prefix, conn.default_timeout)
-        except OSError as e:        # TimeoutError included; the frame may be cut: the connection is done
-            conn.close()
-            raise TransportClosed(f"sending a block's data to {conn.peer} failed: {e}") from None
-
-
 def read_into(conn, into, offset: int, label: str, timeout: float):
-    """Receive the reply to the ``read_block`` just sent on ``conn`` (tcp, or the native verbs end)
-    into ``into`` (the block's bytes from ``offset``) in the native core, every chunk verified. None when it all came; else
-    ``(kind, reason)``: ``refused`` (the datanode's own error; the connection is still in step),
-    ``checksum`` or ``broken`` (it is not: close it)."""
+    """Receive the reply to the ``read_block`` just sent on the tcp connection ``conn`` into ``into``
+    (the block's bytes from ``offset``) in the native core, every chunk verified. None when it all
+    came; else ``(kind, reason)``: ``refused`` (the datanode's own error; the connection is still in
+    step), ``checksum`` or ``broken`` (it is not: close it)."""
     return core_module.core.read_block_into(endpoint(conn), into, offset, label, timeout)
+
+
+def read_failure(kind: str, reason: str, datanode: str, block_id: int) -> DfsError:
+    """The error a failed native read (``read_into``, ``core.BlockReader``) raises."""
+    if kind == "checksum":
+        return ChecksumError(reason)
+    if kind == "broken":
+        return DfsError(f"datanode {datanode}: read of block {block_id} failed: {reason}")
+    return DfsError(reason)
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from .. import auth
 from ..native import core
 from ..transport import TransportError
-from .errors import ChecksumError, DfsError
-from .native import endpoint
+from .errors import DfsError, unreadable
+from .native import endpoint, read_failure
 from .wire import encode
 
 READ_PACKET = 1 << 20        # data bytes per packet the datanode sends a reader
@@ -40,7 +40,7 @@ class SequentialReads:
     def __init__(self, client, path: str, blocks: list[tuple[int, dict]]):
         self.client, self.path, self.blocks = client, path, blocks
         self.current: _Open | None = None
-        self.failed: dict[int, list[str]] = {}      # block id -> its replicas' failures, in order
+        self.failed: dict[int, list[DfsError]] = {}  # block id -> its replicas' failures, in order
         self.dropped: set[tuple[int, str]] = set()  # (block id, datanode) that failed this stream
 
     def readinto(self, pos: int, view: memoryview, end: int) -> int:
@@ -50,7 +50,7 @@ class SequentialReads:
         while filled < want:
             at = pos + filled
             cur = self.current
-            if cur is None or cur.at() != at or not cur.start <= at < cur.stop:
+            if cur is None or cur.at() != at:      # (a finished block is closed below)
                 self.close()
                 cur = self.current = self._open(at)
             n, failure = cur.reader.readinto(view[filled:want])
@@ -68,6 +68,8 @@ class SequentialReads:
     def _open(self, at: int) -> _Open:
         start, block = next((s, b) for s, b in self.blocks if s <= at < s + int(b["length"]))
         stop = start + int(block["length"])
+        if not block["locations"]:
+            raise DfsError(f"{self.path}: block {block['id']} has no live replica")
         locs = sorted((loc for loc in block["locations"] if (block["id"], loc["name"]) not in self.dropped),
                       key=lambda loc: loc["name"] != self.client.node)
         errors = self.failed.setdefault(block["id"], [])
@@ -84,20 +86,15 @@ class SequentialReads:
                 if conn is not None:
                     conn.close()
                 self.dropped.add((block["id"], loc["name"]))
-                errors.append(f"datanode {loc['name']}: read of block {block['id']} failed: {e}")
+                errors.append(DfsError(f"datanode {loc['name']}: read of block {block['id']} failed: {e}"))
                 continue
             return _Open(start, stop, block, loc, conn, reader)
-        cls = ChecksumError if any("checksum mismatch" in e for e in errors) else DfsError
-        if not block["locations"]:
-            raise DfsError(f"{self.path}: block {block['id']} has no live replica")
-        raise cls(f"{self.path}: no replica of block {block['id']} could be read: " + "; ".join(errors))
+        raise unreadable(self.path, block["id"], errors)
 
     def _drop(self, cur: _Open, kind: str, reason: str) -> None:
         """Stop reading ``cur``'s replica for the rest of the stream (the connection is out of step)."""
-        if kind == "broken":
-            reason = f"datanode {cur.loc['name']}: read of block {cur.block['id']} failed: {reason}"
         self.dropped.add((cur.block["id"], cur.loc["name"]))
-        self.failed.setdefault(cur.block["id"], []).append(reason)
+        self.failed.setdefault(cur.block["id"], []).append(read_failure(kind, reason, cur.loc["name"], cur.block["id"]))
         self.close()
 
     def close(self) -> None:

@@ -4,7 +4,8 @@
 
 prints ``[bytes, seconds, CPU seconds]`` of reading ``path`` front to back into one reused buffer of
 ``buffer`` bytes (TestDFSIO's read loop), every chunk verified. ``in_child`` runs it and returns the
-three numbers; the block store's read benchmark and its read gate both measure through it.
+three numbers; the block store's read benchmark and the native vs Python read-client claim measure
+through it.
 
 Why a process of its own: a TestDFSIO map task reads in a fresh process, and a read's cost depends
 on the process's state -- one that has already moved megabytes allocates differently (glibc raises

@@ -47,6 +47,12 @@ def datanode_cpu_s(client: DfsClient) -> dict[str, float]:
     return out
 
 
+def datanode_cpu_since(client: DfsClient, before: dict[str, float]) -> float:
+    """CPU seconds every datanode has used since ``before`` (a ``datanode_cpu_s``)."""
+    after = datanode_cpu_s(client)
+    return sum(after[n] - before.get(n, 0.0) for n in after)
+
+
 def pipeline_cpu_ms_per_mb(client: DfsClient, path: str, size_mb: int, replication: int) -> float:
     """Write ``size_mb`` MiB to ``path`` (then delete it); CPU ms per MiB of client and datanodes."""
     data = memoryview(os.urandom(BUFFER))
@@ -57,9 +63,7 @@ def pipeline_cpu_ms_per_mb(client: DfsClient, path: str, size_mb: int, replicati
             n = min(left, BUFFER)
             out.write(data[:n])
             left -= n
-    spent = time.process_time() - before
-    after_dn = datanode_cpu_s(client)
-    spent += sum(after_dn[n] - before_dn.get(n, 0.0) for n in after_dn)
+    spent = time.process_time() - before + datanode_cpu_since(client, before_dn)
     client.delete(path)
     return spent * 1000 / size_mb
 
@@ -72,11 +76,10 @@ def read_cpu_ms_per_mb(client: DfsClient, path: str, buffer: memoryview, size_mb
     with client.open(path) as src:
         while n := src.readinto(buffer):
             got += n
-    spent = time.process_time() - before
-    after_dn = datanode_cpu_s(client)
+    spent = time.process_time() - before + datanode_cpu_since(client, before_dn)
     if got != size_mb << 20:
         raise DfsError(f"{path}: read {got} bytes of {size_mb << 20}")
-    return (spent + sum(after_dn[n] - before_dn.get(n, 0.0) for n in after_dn)) * 1000 / size_mb
+    return spent * 1000 / size_mb
 
 
 def read_cost(client: DfsClient, path: str, impl: str) -> tuple[int, float, float]:
@@ -86,8 +89,7 @@ def read_cost(client: DfsClient, path: str, impl: str) -> tuple[int, float, floa
     before_dn = datanode_cpu_s(client)
     got, took, cpu = timed_read.in_child(client.meta_address, client.transport_name, path, impl,
                                          node=client.node)
-    after_dn = datanode_cpu_s(client)
-    return got, took, cpu + sum(after_dn[n] - before_dn.get(n, 0.0) for n in after_dn)
+    return got, took, cpu + datanode_cpu_since(client, before_dn)
 
 
 def read_floor_cpu_ms_per_mb(directory: Path, size_mb: int, packet: int) -> float:

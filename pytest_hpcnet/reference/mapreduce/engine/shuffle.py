@@ -42,7 +42,6 @@ from ... import auth
 from ...serving import DEFAULT_LIMITS, Limits, Server
 from ... import native
 from ...transport import RemoteRegion, TransportClosed, TransportError, TransportTimeout, transport_for
-from ...transport.base import LENGTH
 
 OK, ERROR, REGION = b"\x00", b"\x01", b"\x02"
 ONE_SIDED_TRANSPORTS = ("shm", "verbs")
@@ -233,12 +232,7 @@ class ShuffleServer:
             size = os.fstat(f.fileno()).st_size
             if size < start + length:
                 raise FetchError(f"{base}: segment {reduce} is truncated ({max(0, size - start)} of {length} bytes)")
-            with conn._send_lock:
-                try:
-                    native.core.send_file(conn.sock.fileno(), f.fileno(), start, length,
-                                          LENGTH.pack(1 + length) + OK, 60.0)
-                except OSError as e:        # TimeoutError included
-                    raise TransportClosed(f"sending segment {reduce} to {conn.peer} failed: {e}") from None
+            conn.send_file(OK, f.fileno(), start, length, f"segment {reduce}", 60.0)
         return None
 
     def close(self) -> None:
