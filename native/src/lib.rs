@@ -19,6 +19,7 @@ mod checksum;
 mod dfs;
 mod dfs_floor;
 mod dfs_reader;
+mod dfs_sender;
 mod dfs_wire;
 mod dfs_writer;
 mod fetch;
@@ -379,6 +380,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(verbs_pingpong, m)?)?;
     dfs::register(m)?;
     dfs_reader::register(m)?;
+    dfs_sender::register(m)?;
     m.add_class::<dfs_writer::PyPacketWriter>()?;
     sendfile::register(m)?;
     merge::register(m)?;

@@ -21,34 +21,36 @@ fn send_file(py: Python<'_>, sock: RawFd, file: RawFd, offset: u64, length: u64,
         .map_err(|_| PyValueError::new_err(format!("bad timeout {timeout}")))?;
     let offset = libc::off_t::try_from(offset).map_err(|_| PyValueError::new_err("offset out of range"))?;
     let header = header.to_vec();
-    let result = py.allow_threads(move || -> Result<u64, (bool, String)> {
-        let deadline = Instant::now() + limit;
-        send_all(sock, &header, deadline).map_err(|f| (matches!(f, Failure::Timeout), f.text()))?;
-        let mut off = offset;
-        let mut left = length;
-        while left > 0 {
-            let chunk = left.min(1 << 30) as usize;
-            // SAFETY: descriptors owned by the caller for the call; `off` is ours.
-            let n = unsafe { libc::sendfile(sock, file, &mut off, chunk) };
-            if n < 0 {
-                if crate::blocking::retry(deadline) {
-                    continue;
-                }
-                let failure = Failure::last_os_error();
-                return Err((matches!(failure, Failure::Timeout), failure.text()));
-            }
-            if n == 0 {
-                return Err((false, format!("the file ended {left} bytes short of the range")));
-            }
-            left -= n as u64;
-        }
-        Ok(length)
-    });
-    result.map_err(|(timeout, msg)| if timeout {
-        PyTimeoutError::new_err(format!("sendfile: {msg}"))
-    } else {
-        PyOSError::new_err(format!("sendfile: {msg}"))
+    let result = py.allow_threads(move || send_range(sock, &header, file, offset, length, Instant::now() + limit));
+    result.map(|()| length).map_err(|f| match f {
+        Failure::Timeout => PyTimeoutError::new_err(format!("sendfile: {}", f.text())),
+        Failure::Closed(_) => PyOSError::new_err(format!("sendfile: {}", f.text())),
     })
+}
+
+/// `header`, then `length` bytes of `file` from `offset`, on `sock` (both the caller's for the call),
+/// by `deadline`. A file shorter than the range is a failure: the frame it belonged to is cut.
+pub(crate) fn send_range(sock: RawFd, header: &[u8], file: RawFd, offset: libc::off_t, length: u64,
+                         deadline: Instant) -> Result<(), Failure> {
+    send_all(sock, header, deadline)?;
+    let mut off = offset;
+    let mut left = length;
+    while left > 0 {
+        let chunk = left.min(1 << 30) as usize;
+        // SAFETY: descriptors owned by the caller for the call; `off` is ours.
+        let n = unsafe { libc::sendfile(sock, file, &mut off, chunk) };
+        if n < 0 {
+            if crate::blocking::retry(deadline) {
+                continue;
+            }
+            return Err(Failure::last_os_error());
+        }
+        if n == 0 {
+            return Err(Failure::Closed(format!("the file ended {left} bytes short of the range")));
+        }
+        left -= n as u64;
+    }
+    Ok(())
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

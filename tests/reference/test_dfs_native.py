@@ -18,7 +18,7 @@ from pytest_hpcnet.cluster.pool import Launchers
 from pytest_hpcnet.errors import ConfigError
 from pytest_hpcnet.reference import auth, native
 from pytest_hpcnet.reference.dfs import checksums
-from pytest_hpcnet.reference.dfs.errors import ChecksumError
+from pytest_hpcnet.reference.dfs.errors import ChecksumError, DfsError
 from pytest_hpcnet.reference.dfs.native import resolve_impl
 from pytest_hpcnet.reference.dfs.store import BlockStore
 from pytest_hpcnet.reference.dfs.wire import decode, encode
@@ -244,6 +244,27 @@ def test_a_corrupt_chunk_is_detected_and_reported_in_one_line(store):
     while list(data_dir.glob("*770001*")) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not list(data_dir.glob("*770001*"))            # the replica was dropped, no partial file
+    _alive_and_serving(store)
+
+
+def test_a_replica_short_of_its_checksums_fails_a_read_in_one_line_and_the_datanode_serves_on(store):
+    """A stored replica whose meta file lost its tail: the datanode sends the packets it has checksums
+    for, then an error naming where they ran out; the reader raises it in one line, and the datanode
+    still serves the part it can (native and Python datanodes alike)."""
+    data = os.urandom(3 << 20)
+    with store.client(replication=1, block_size=4 << 20, node="node0") as c:
+        with c.create("/short-meta") as out:
+            out.write(data)
+        block = c.meta("get", path="/short-meta")["blocks"][0]
+        loc = block["locations"][0]
+        meta = store.dirs[loc["name"]] / "data" / f"blk_{block['id']}.meta"
+        with open(meta, "r+b") as f:
+            f.truncate(16 + 4 * ((3 << 19) // 512))       # checksums for the first 1.5 MiB only
+        with pytest.raises(DfsError, match=rf"datanode {loc['name']}: DfsError: block {block['id']}: stored "
+                                           r"checksums are short at 1048576") as e:
+            c.read_block(loc, block, 0, len(data))     # 1 MiB read packets: the second has none
+        assert "\n" not in str(e.value)
+        assert c.read_block(loc, block, 1000, 1 << 20) == data[1000:1000 + (1 << 20)]
     _alive_and_serving(store)
 
 

@@ -13,6 +13,7 @@ from .errors import DfsError, NoSuchFile
 from . import checksums
 
 _META = struct.Struct(">4sQI")
+META_BASE = _META.size      # where a meta file's checksums start
 MAGICS = {"crc32c": b"HPCC", "crc32": b"HPCB"}
 KIND_OF_MAGIC = {m: k for k, m in MAGICS.items()}
 
@@ -86,36 +87,42 @@ class BlockDir:
             return None
 
     def read(self, block_id: int, offset: int, length: int, packet: int):
-        """Yield (start, data, crcs) covering [offset, offset+length), starts aligned to chunks."""
-        for pos, n, crcs, data in self.spans(block_id, offset, length, packet):
-            buf = os.pread(data, n, pos)
-            if len(buf) != n:
-                raise DfsError(f"block {block_id}: stored data is short at {pos}")
-            yield pos, buf, crcs
-
-    def spans(self, block_id: int, offset: int, length: int, packet: int):
-        """Yield (start, length, crcs, data descriptor) of the packets covering [offset, offset+length),
-        starts aligned to chunks: the data stays in the file (``read`` reads it; a zero-copy sender
-        hands the descriptor to ``sendfile``). The descriptor is valid until the next item."""
+        """Yield (start, data, crcs) of the packets covering [offset, offset+length), starts aligned
+        to chunks, each at most ``packet`` bytes of whole chunks (the native core's
+        ``serve_block_read`` frames a reply the same way)."""
         _, bpc = self.header(block_id)
-        size = self.length(block_id)
-        if offset < 0 or length < 0 or offset + length > size:
-            raise DfsError(f"block {block_id}: read of {length} bytes at {offset} is outside its "
-                           f"{size} bytes")
-        start = offset - offset % bpc
         end = offset + length
         packet = max(bpc, packet - packet % bpc)
-        with open_nofollow(self.data_path(block_id)) as data, open_nofollow(self.meta_path(block_id)) as meta:
-            pos = start
+        with self.open_range(block_id, offset, length) as (data, meta, size):
+            pos = offset - offset % bpc
             while pos < end:
-                n = min(packet, end - pos)
-                n_chunks = (n + bpc - 1) // bpc
+                n_chunks = (min(packet, end - pos) + bpc - 1) // bpc
                 n = min(n_chunks * bpc, size - pos)      # whole chunks, so the CRCs cover them
-                crcs = os.pread(meta.fileno(), 4 * n_chunks, _META.size + 4 * (pos // bpc))
+                crcs = os.pread(meta.fileno(), 4 * n_chunks, META_BASE + 4 * (pos // bpc))
                 if len(crcs) != 4 * n_chunks:
                     raise DfsError(f"block {block_id}: stored checksums are short at {pos}")
-                yield pos, n, crcs, data.fileno()
+                buf = os.pread(data.fileno(), n, pos)
+                if len(buf) != n:
+                    raise DfsError(f"block {block_id}: stored data is short at {pos}")
+                yield pos, buf, crcs
                 pos += n
+
+    @contextlib.contextmanager
+    def open_range(self, block_id: int, offset: int, length: int):
+        """The stored replica's open data and meta files and its length, for a read of ``length``
+        bytes at ``offset`` checked to lie inside it (DfsError otherwise). Its checksums start at
+        ``META_BASE`` in the meta file."""
+        with contextlib.ExitStack() as files:
+            try:
+                data = files.enter_context(open_nofollow(self.data_path(block_id)))
+                meta = files.enter_context(open_nofollow(self.meta_path(block_id)))
+            except FileNotFoundError:
+                raise NoSuchFile(f"block {block_id} is not stored here") from None
+            size = os.fstat(data.fileno()).st_size
+            if offset < 0 or length < 0 or offset + length > size:
+                raise DfsError(f"block {block_id}: read of {length} bytes at {offset} is outside its "
+                               f"{size} bytes")
+            yield data, meta, size
 
     def truncate(self, block_id: int, length: int) -> None:
         """Cut a finalized replica to ``length`` bytes: the prefix is copied to a new replica that

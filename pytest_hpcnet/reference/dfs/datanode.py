@@ -144,10 +144,10 @@ class DataNode:
             offset, length = _nonneg(h["offset"], "offset"), _nonneg(h["length"], "length")
             packet = min(MAX_PACKET, max(1, _nonneg(h.get("packet", PACKET_SIZE), "packet")))
             _, bpc, kind = self.blocks.info(block)
-            if self.impl == "native" and hasattr(conn, "send_file"):     # tcp: data from the page cache
-                for start, n, crcs, data in self.blocks.spans(block, offset, length, packet):
-                    head = encode({"op": "data", "start": start, "len": n, "bpc": bpc, "checksum": kind}, crcs)
-                    conn.send_file(b"".join(head), data, start, n, f"block {block}'s data")
+            if self.impl == "native":       # every frame from the core; over tcp from the page cache
+                with self.blocks.open_range(block, offset, length) as replica:
+                    native_dfs.serve_read(conn, replica, offset, length, packet, bpc, kind,
+                                          f"block {block}", PACKET_TIMEOUT)
             else:
                 for start, data, crcs in self.blocks.read(block, offset, length, packet):
                     conn.send(encode({"op": "data", "start": start, "len": len(data), "bpc": bpc,
