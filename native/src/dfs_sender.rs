@@ -4,11 +4,11 @@
 //! once per request stays in Python: checking it, opening the replica, the closing `end` or `error`
 //! frame.
 //!
-//! Over tcp the data goes from the page cache to the socket with `sendfile`; over the native verbs
-//! end it is read into one reused buffer behind the header and sent as one message.
+//! It speaks tcp only, sending the data from the page cache with `sendfile`. Over the native verbs end
+//! a reply sent from here, one message per packet, measured 0.6x the Python datanode loop over the
+//! same end in the Soft-RoCE guest (6.5 against 10.8 MiB/s), so verbs replies stay Python's.
 
 use std::fs::File;
-use std::io::{self, Write};
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::fs::FileExt;
@@ -19,14 +19,6 @@ use pyo3::prelude::*;
 
 use crate::blocking::Failure;
 use crate::checksum::Kind;
-use crate::link::Link;
-use crate::verbs_py::PyVerbsConnection;
-
-/// Where the frames go: a tcp socket the caller owns, or a native verbs connection.
-enum Out {
-    Socket(RawFd),
-    Verbs(Link),
-}
 
 /// Why a reply stopped: the replica (between frames: the caller can still say so in an `error`
 /// frame), or the connection (maybe mid-frame: the caller must close it).
@@ -60,13 +52,12 @@ fn data_head(start: u64, len: usize, nsums: usize, bpc: usize, kind: &str) -> Ve
 /// Sends the data frames covering `[offset, offset + length)` (the caller checked it lies inside the
 /// replica), starting at the chunk holding `offset`, at most `packet` bytes (whole chunks) each; every
 /// frame must leave within `timeout` of its start.
-fn serve(out: &mut Out, r: &Replica, offset: u64, length: u64, packet: usize, label: &str, timeout: Duration)
+fn serve(sock: RawFd, r: &Replica, offset: u64, length: u64, packet: usize, label: &str, timeout: Duration)
          -> Result<(), Stop> {
     let bpc = r.bpc as u64;
     let packet = (packet as u64 - packet as u64 % bpc).max(bpc);
     let end = offset + length;
     let mut pos = offset - offset % bpc;
-    let mut frame = Vec::new();
     while pos < end {
         let chunks = (end - pos).min(packet).div_ceil(bpc);
         let n = (chunks * bpc).min(r.size - pos) as usize;
@@ -75,40 +66,22 @@ fn serve(out: &mut Out, r: &Replica, offset: u64, length: u64, packet: usize, la
         head.resize(sums_at + 4 * chunks as usize, 0);
         r.meta.read_exact_at(&mut head[sums_at..], r.meta_base + 4 * (pos / bpc))
             .map_err(|e| Stop::Replica(format!("{label}: stored checksums are short at {pos}: {e}")))?;
-        let deadline = Instant::now() + timeout;
-        match out {
-            Out::Socket(sock) => {
-                crate::sendfile::send_range(*sock, &head, r.data.as_raw_fd(), pos as libc::off_t, n as u64, deadline)
-                    .map_err(Stop::Link)?;
-            }
-            Out::Verbs(link) => {
-                frame.clear();
-                frame.extend_from_slice(&head);
-                frame.resize(head.len() + n, 0);
-                r.data.read_exact_at(&mut frame[head.len()..], pos)
-                    .map_err(|e| Stop::Replica(format!("{label}: stored data is short at {pos}: {e}")))?;
-                link.write_all(&frame).map_err(|e| Stop::Link(link_failure(e)))?;
-            }
-        }
+        crate::sendfile::send_range(sock, &head, r.data.as_raw_fd(), pos as libc::off_t, n as u64, Instant::now() + timeout)
+            .map_err(Stop::Link)?;
         pos += n as u64;
     }
     Ok(())
 }
 
-fn link_failure(e: io::Error) -> Failure {
-    if crate::blocking::again(&e) || e.kind() == io::ErrorKind::TimedOut { Failure::Timeout } else { Failure::Closed(e.to_string()) }
-}
-
 /// Sends a `read_block` reply's data frames for `length` bytes at `offset` of a stored replica
 /// (`data`, `meta`: its open files, the caller's; the checksums start at `meta_base` in `meta`; the
-/// replica is `size` bytes summed per `bpc` with `checksum`) on `endpoint` (a tcp socket's
-/// descriptor, or a native VerbsConnection), the GIL released. None when every frame went; the
-/// reason, naming `label`, when the replica failed between frames (the connection is in step: send
-/// an `error` frame). OSError or TimeoutError when the connection failed (it may be mid-frame).
+/// replica is `size` bytes summed per `bpc` with `checksum`) on the connected tcp socket `sock`
+/// (the caller's), the GIL released. None when every frame went; the reason, naming `label`, when
+/// the replica failed between frames (the connection is in step: send an `error` frame). OSError or TimeoutError when the connection failed (it may be mid-frame).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (endpoint, data, meta, meta_base, size, offset, length, packet, bpc, checksum, label, timeout))]
-fn serve_block_read(py: Python<'_>, endpoint: &Bound<'_, PyAny>, data: RawFd, meta: RawFd, meta_base: u64, size: u64,
+#[pyo3(signature = (sock, data, meta, meta_base, size, offset, length, packet, bpc, checksum, label, timeout))]
+fn serve_block_read(py: Python<'_>, sock: RawFd, data: RawFd, meta: RawFd, meta_base: u64, size: u64,
                     offset: u64, length: u64, packet: usize, bpc: usize, checksum: &str, label: String, timeout: f64)
                     -> PyResult<Option<String>> {
     let kind = match Kind::parse(checksum) {
@@ -122,18 +95,12 @@ fn serve_block_read(py: Python<'_>, endpoint: &Bound<'_, PyAny>, data: RawFd, me
     }
     let timeout = Duration::try_from_secs_f64(timeout).ok().filter(|d| !d.is_zero())
         .ok_or_else(|| PyValueError::new_err(format!("bad timeout {timeout}")))?;
-    let mut out = if endpoint.downcast::<PyVerbsConnection>().is_ok() {
-        Out::Verbs(Link::from_python(endpoint, timeout)?)
-    } else {
-        Out::Socket(endpoint.extract().map_err(|_| PyValueError::new_err(
-            "a read reply goes to a tcp socket's descriptor or a native VerbsConnection"))?)
-    };
     // SAFETY: the caller's open descriptors, borrowed for the call and never closed here
     let replica = unsafe {
         Replica { data: ManuallyDrop::new(File::from_raw_fd(data)), meta: ManuallyDrop::new(File::from_raw_fd(meta)),
                   meta_base, size, bpc, kind }
     };
-    match py.allow_threads(|| serve(&mut out, &replica, offset, length, packet, &label, timeout)) {
+    match py.allow_threads(|| serve(sock, &replica, offset, length, packet, &label, timeout)) {
         Ok(()) => Ok(None),
         Err(Stop::Replica(reason)) => Ok(Some(reason)),
         Err(Stop::Link(Failure::Timeout)) => Err(PyTimeoutError::new_err(format!("{label}: sending timed out"))),
@@ -151,6 +118,7 @@ mod tests {
     use crate::checksum;
     use crate::dfs_reader::read_range;
     use crate::dfs_wire::encode_frame;
+    use std::io::Write;
     use std::net::{TcpListener, TcpStream};
 
     /// A replica of `block` in two temporary files (the meta file's checksums after a 16-byte
@@ -179,8 +147,7 @@ mod tests {
         let replica = stored(&dir, &block, 0);
         for (offset, length, packet) in [(0, 10_000, 4096), (700, 3_000, 1000), (9_999, 1, 512), (513, 9_000, 1 << 20)] {
             let (mut sender, mut receiver) = pair();
-            let mut out = Out::Socket(sender.as_raw_fd());
-            serve(&mut out, &replica, offset, length, packet, "b", Duration::from_secs(5)).ok().unwrap();
+            serve(sender.as_raw_fd(), &replica, offset, length, packet, "b", Duration::from_secs(5)).ok().unwrap();
             sender.write_all(&encode_frame(&serde_json::json!({"op": "end"}))).unwrap();
             let mut got = vec![0u8; length as usize];
             read_range(&mut receiver, &mut got, offset, "b").ok().unwrap();
@@ -195,8 +162,7 @@ mod tests {
         let block = vec![7u8; 4096];
         let replica = stored(&dir, &block, 4);     // the last chunk's checksum is missing
         let (sender, _receiver) = pair();
-        let mut out = Out::Socket(sender.as_raw_fd());
-        match serve(&mut out, &replica, 0, 4096, 2048, "block 9", Duration::from_secs(5)) {
+        match serve(sender.as_raw_fd(), &replica, 0, 4096, 2048, "block 9", Duration::from_secs(5)) {
             Err(Stop::Replica(why)) => assert!(why.starts_with("block 9: stored checksums are short at 2048"), "{why}"),
             _ => panic!("expected a replica failure"),
         }

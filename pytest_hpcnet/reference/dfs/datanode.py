@@ -144,7 +144,7 @@ class DataNode:
             offset, length = _nonneg(h["offset"], "offset"), _nonneg(h["length"], "length")
             packet = min(MAX_PACKET, max(1, _nonneg(h.get("packet", PACKET_SIZE), "packet")))
             _, bpc, kind = self.blocks.info(block)
-            if self.impl == "native":       # every frame from the core; over tcp from the page cache
+            if self.impl == "native" and native_dfs.serves_reads(conn):    # from the core and the page cache
                 with self.blocks.open_range(block, offset, length) as replica:
                     native_dfs.serve_read(conn, replica, offset, length, packet, bpc, kind,
                                           f"block {block}", PACKET_TIMEOUT)
