@@ -137,7 +137,7 @@ impl VerbsEnd {
     pub fn create(cm_id: *mut c_void, channel: *mut c_void, peer: String, answers_hello: bool)
                   -> io::Result<VerbsEnd> {
         // SAFETY: a live cm id with a device (route resolved or connect request)
-        let ep = unsafe { ffi::hv_ep_create(cm_id, SEND_DEPTH as i32, RECV_DEPTH as i32, CQ_DEPTH as i32) };
+        let ep = unsafe { ffi::hv_ep_create(cm_id, SEND_DEPTH as i32, RECV_DEPTH as i32, CQ_DEPTH as i32, super::max_inline()) };
         if ep.is_null() {
             return Err(os_err("creating the RDMA queue pair failed"));
         }

@@ -67,7 +67,7 @@ shim! {
     fn hv_connect(id: *mut c_void, qpn: u32, retry: c_int) -> c_int;
     fn hv_accept(id: *mut c_void, qpn: u32, retry: c_int) -> c_int;
     fn hv_establish(id: *mut c_void) -> c_int;
-    fn hv_ep_create(id: *mut c_void, send_depth: c_int, recv_depth: c_int, cq_depth: c_int) -> *mut Ep;
+    fn hv_ep_create(id: *mut c_void, send_depth: c_int, recv_depth: c_int, cq_depth: c_int, max_inline: c_int) -> *mut Ep;
     fn hv_ep_qpn(ep: *mut Ep) -> u32;
     fn hv_ep_fd(ep: *mut Ep) -> c_int;
     fn hv_ep_modify(ep: *mut Ep, id: *mut c_void, state: c_int, timeout: c_int, retry: c_int) -> c_int;

@@ -49,25 +49,24 @@ pub const REMOTE_READ: i32 = 4;
 /// more than a few SENDs on Soft-RoCE).
 pub const RNDV_THRESHOLD: usize = 4 * EAGER;
 
+/// `var` as a number of microseconds (0 up to a second), or `default`: the verbs ends' waiting knobs.
+fn env_micros(var: &str, default: f64) -> std::time::Duration {
+    let us = std::env::var(var).ok().and_then(|v| v.parse::<f64>().ok())
+        .filter(|v| (0.0..1e6).contains(v)).unwrap_or(default);
+    std::time::Duration::from_secs_f64(us * 1e-6)
+}
+
 /// Busy-polling before a blocking wait: `HPCNET_VERBS_SPIN_US` (the Python transport's knob).
 pub fn spin() -> std::time::Duration {
     static SPIN: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
-    *SPIN.get_or_init(|| {
-        let us = std::env::var("HPCNET_VERBS_SPIN_US").ok().and_then(|v| v.parse::<f64>().ok())
-            .filter(|v| (0.0..1e6).contains(v)).unwrap_or(50.0);
-        std::time::Duration::from_secs_f64(us * 1e-6)
-    })
+    *SPIN.get_or_init(|| env_micros("HPCNET_VERBS_SPIN_US", 50.0))
 }
 
 /// How long the server's loop busy-polls its verbs connections after a message before it sleeps:
 /// `HPCNET_VERBS_SERVER_SPIN_US`, default 300 (long enough for an emulated client's next call).
 pub fn server_spin() -> std::time::Duration {
     static SPIN: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
-    *SPIN.get_or_init(|| {
-        let us = std::env::var("HPCNET_VERBS_SERVER_SPIN_US").ok().and_then(|v| v.parse::<f64>().ok())
-            .filter(|v| (0.0..1e6).contains(v)).unwrap_or(300.0);
-        std::time::Duration::from_secs_f64(us * 1e-6)
-    })
+    *SPIN.get_or_init(|| env_micros("HPCNET_VERBS_SERVER_SPIN_US", 300.0))
 }
 
 /// How often a busy-poll yields the CPU: `HPCNET_VERBS_YIELD_US`, default 20. Between yields it only
@@ -75,11 +74,15 @@ pub fn server_spin() -> std::time::Duration {
 /// is most of what a poll costs, and delays seeing the completion by as much.
 pub fn yield_every() -> std::time::Duration {
     static EVERY: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
-    *EVERY.get_or_init(|| {
-        let us = std::env::var("HPCNET_VERBS_YIELD_US").ok().and_then(|v| v.parse::<f64>().ok())
-            .filter(|v| (0.0..1e6).contains(v)).unwrap_or(20.0);
-        std::time::Duration::from_secs_f64(us * 1e-6)
-    })
+    *EVERY.get_or_init(|| env_micros("HPCNET_VERBS_YIELD_US", 20.0))
+}
+
+/// The longest send that goes inline, its bytes in the work request (`shim.c`):
+/// `HPCNET_VERBS_INLINE`, default 128 bytes, 0 for none; a device that takes fewer gets none.
+pub fn max_inline() -> i32 {
+    static INLINE: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    *INLINE.get_or_init(|| std::env::var("HPCNET_VERBS_INLINE").ok().and_then(|v| v.parse::<i32>().ok())
+        .filter(|v| (0..=1024).contains(v)).unwrap_or(128))
 }
 
 /// Why native verbs cannot run here, or None.

@@ -244,11 +244,16 @@ struct hv_ep {
     struct ibv_cq *cq;
     struct ibv_qp *qp;
     unsigned unacked; /* CQ events taken but not acked (acked in batches, and all before destroy) */
+    uint32_t max_inline; /* sends this short go inline (copied into the work request at post time) */
 };
+
+/* Inline sends: a short message's bytes go in the work request itself, so the device takes no
+ * look-up of the buffer's registration or DMA read of it (as perftest's ib_send_lat sends its 2-byte
+ * messages). The caller's max_inline (verbs::max_inline) covers an RPC's small frames. */
 
 void hv_ep_destroy(struct hv_ep *ep);
 
-struct hv_ep *hv_ep_create(void *cm_id, int send_depth, int recv_depth, int cq_depth) {
+struct hv_ep *hv_ep_create(void *cm_id, int send_depth, int recv_depth, int cq_depth, int max_inline) {
     struct rdma_cm_id *id = cm_id;
     struct hv_ep *ep = calloc(1, sizeof *ep);
     if (!ep)
@@ -268,8 +273,13 @@ struct hv_ep *hv_ep_create(void *cm_id, int send_depth, int recv_depth, int cq_d
     attr.cap.max_send_wr = send_depth;
     attr.cap.max_recv_wr = recv_depth;
     attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
-    if (!(ep->qp = p_ibv_create_qp(ep->pd, &attr)))
-        goto fail;
+    attr.cap.max_inline_data = max_inline;
+    if (!(ep->qp = p_ibv_create_qp(ep->pd, &attr))) {
+        attr.cap.max_inline_data = 0; /* a device without inline sends: every send from its buffer */
+        if (!(ep->qp = p_ibv_create_qp(ep->pd, &attr)))
+            goto fail;
+    }
+    ep->max_inline = attr.cap.max_inline_data;
     return ep;
 fail:;
     int saved = errno;
@@ -349,7 +359,7 @@ int hv_post_recv(struct hv_ep *ep, uint64_t wr_id, uint64_t addr, uint32_t len, 
     return rc ? -1 : 0;
 }
 
-/* opcode: 0 SEND, 1 RDMA WRITE, 2 RDMA READ; always signaled */
+/* opcode: 0 SEND, 1 RDMA WRITE, 2 RDMA READ; always signaled; a send of at most max_inline bytes inline */
 int hv_post_send(struct hv_ep *ep, uint64_t wr_id, int opcode, uint64_t addr, uint32_t len, uint32_t lkey,
                  uint64_t remote_addr, uint32_t rkey) {
     static const enum ibv_wr_opcode ops[] = {IBV_WR_SEND, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ};
@@ -361,6 +371,8 @@ int hv_post_send(struct hv_ep *ep, uint64_t wr_id, int opcode, uint64_t addr, ui
     wr.num_sge = 1;
     wr.opcode = ops[opcode];
     wr.send_flags = IBV_SEND_SIGNALED;
+    if (opcode == 0 && len <= ep->max_inline)
+        wr.send_flags |= IBV_SEND_INLINE;
     wr.wr.rdma.remote_addr = remote_addr;
     wr.wr.rdma.rkey = rkey;
     int rc = ibv_post_send(ep->qp, &wr, &bad);
