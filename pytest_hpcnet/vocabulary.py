@@ -38,7 +38,7 @@ METRICS: frozenset[str] = frozenset({
     # the block store's write and read paths in CPU time (pytest_hpcnet.workloads.dfsio.pipeline_cost),
     # and a read's client in a process of its own (pytest_hpcnet.reference.dfs.timed_read)
     "dfsio.write.cpu_ms_per_mb", "dfsio.checksum.cpu_ns_per_kib", "dfsio.read.cpu_ms_per_mb",
-    "dfsio.read.client_cpu_ms_per_mb",
+    "dfsio.read.client_cpu_ms_per_mb", "dfsio.read.client_faults_per_mb",
     # mapreduce (pytest_hpcnet.workloads.mapreduce)
     *(f"mapreduce.{job}.job_time" for job in _MAPREDUCE),
     *(f"mapreduce.{job}.phase.{phase}" for job in _MAPREDUCE for phase in ("map", "shuffle", "reduce")),
