@@ -21,6 +21,14 @@ impl Kind {
         }
     }
 
+    /// The name on the wire and in the meta files' magic table (what `parse` reads).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Crc32 => "crc32",
+            Kind::Crc32c => "crc32c",
+        }
+    }
+
     /// The label error messages use (as HDFS names the types).
     pub fn label(self) -> &'static str {
         match self {

@@ -31,12 +31,12 @@ use crate::pybuf::contiguous;
 const RECV_BUFFER: usize = 256 * 1024;
 const ACK_BUFFER: usize = 16 * 1024;
 
-fn kind(name: &str) -> PyResult<Kind> {
+pub(crate) fn kind(name: &str) -> PyResult<Kind> {
     Kind::parse(name).ok_or_else(|| PyValueError::new_err(format!(
         "unknown checksum type {name:?}; choose crc32c or crc32")))
 }
 
-fn check_bpc(bpc: usize) -> PyResult<usize> {
+pub(crate) fn check_bpc(bpc: usize) -> PyResult<usize> {
     if bpc == 0 {
         return Err(PyValueError::new_err("bytes per checksum must be positive"));
     }
@@ -126,7 +126,7 @@ fn block_read_floor(py: Python<'_>, directory: std::path::PathBuf, total: usize,
 }
 
 /// `secs` as a timeout a socket accepts (finite, positive); ValueError naming `what` otherwise.
-fn positive_seconds(secs: f64, what: &str) -> PyResult<Duration> {
+pub(crate) fn positive_seconds(secs: f64, what: &str) -> PyResult<Duration> {
     Duration::try_from_secs_f64(secs).ok().filter(|d| !d.is_zero())
         .ok_or_else(|| PyValueError::new_err(format!("bad {what} {secs}")))
 }

@@ -316,7 +316,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dfs_wire::encode_frame;
+    use crate::dfs_wire::{encode_frame, start_frame};
 
     fn data_frame(start: u64, data: &[u8], bpc: usize, kind: Kind) -> Vec<u8> {
         frame_claiming(start, data, bpc, bpc, kind)
@@ -324,16 +324,11 @@ mod tests {
 
     /// A data frame whose header claims `claimed` bytes per checksum, its sums taken per `bpc`.
     fn frame_claiming(start: u64, data: &[u8], bpc: usize, claimed: usize, kind: Kind) -> Vec<u8> {
-        let header = serde_json::to_vec(&serde_json::json!(
-            {"op": "data", "start": start, "len": data.len(), "bpc": claimed, "checksum": kind.label().to_lowercase()})).unwrap();
-        let mut sums = Vec::new();
-        checksum::sums_into(kind, data, bpc, &mut sums);
-        let n = 4 + header.len() + sums.len() + data.len();
         let mut f = Vec::new();
-        f.extend_from_slice(&(n as u32).to_be_bytes());
-        f.extend_from_slice(&(header.len() as u32).to_be_bytes());
-        f.extend_from_slice(&header);
-        f.extend_from_slice(&sums);
+        start_frame(&mut f, &serde_json::json!(
+            {"op": "data", "start": start, "len": data.len(), "bpc": claimed, "checksum": kind.name()}),
+            4 * checksum::chunks(data.len(), bpc) + data.len());
+        checksum::sums_into(kind, data, bpc, &mut f);
         f.extend_from_slice(data);
         f
     }

@@ -19,6 +19,7 @@ use pyo3::prelude::*;
 
 use crate::blocking::Failure;
 use crate::checksum::Kind;
+use crate::dfs_wire::start_frame;
 
 /// Why a reply stopped: the replica (between frames: the caller can still say so in an `error`
 /// frame), or the connection (maybe mid-frame: the caller must close it).
@@ -35,18 +36,7 @@ pub struct Replica {
     meta_base: u64,
     size: u64,
     bpc: usize,
-    kind: &'static str,
-}
-
-/// The frame header of one data packet: length prefix, header length, JSON header.
-fn data_head(start: u64, len: usize, nsums: usize, bpc: usize, kind: &str) -> Vec<u8> {
-    let header = serde_json::to_vec(&serde_json::json!(
-        {"op": "data", "start": start, "len": len, "bpc": bpc, "checksum": kind})).expect("JSON");
-    let mut head = Vec::with_capacity(8 + header.len() + nsums);
-    head.extend_from_slice(&((4 + header.len() + nsums + len) as u32).to_be_bytes());
-    head.extend_from_slice(&(header.len() as u32).to_be_bytes());
-    head.extend_from_slice(&header);
-    head
+    kind: Kind,
 }
 
 /// Sends the data frames covering `[offset, offset + length)` (the caller checked it lies inside the
@@ -61,9 +51,12 @@ fn serve(sock: RawFd, r: &Replica, offset: u64, length: u64, packet: usize, labe
     while pos < end {
         let chunks = (end - pos).min(packet).div_ceil(bpc);
         let n = (chunks * bpc).min(r.size - pos) as usize;
-        let mut head = data_head(pos, n, 4 * chunks as usize, r.bpc, r.kind);
+        let nsums = 4 * chunks as usize;
+        let mut head = Vec::new();
+        start_frame(&mut head, &serde_json::json!(
+            {"op": "data", "start": pos, "len": n, "bpc": r.bpc, "checksum": r.kind.name()}), nsums + n);
         let sums_at = head.len();
-        head.resize(sums_at + 4 * chunks as usize, 0);
+        head.resize(sums_at + nsums, 0);
         r.meta.read_exact_at(&mut head[sums_at..], r.meta_base + 4 * (pos / bpc))
             .map_err(|e| Stop::Replica(format!("{label}: stored checksums are short at {pos}: {e}")))?;
         crate::sendfile::send_range(sock, &head, r.data.as_raw_fd(), pos as libc::off_t, n as u64, Instant::now() + timeout)
@@ -84,17 +77,12 @@ fn serve(sock: RawFd, r: &Replica, offset: u64, length: u64, packet: usize, labe
 fn serve_block_read(py: Python<'_>, sock: RawFd, data: RawFd, meta: RawFd, meta_base: u64, size: u64,
                     offset: u64, length: u64, packet: usize, bpc: usize, checksum: &str, label: String, timeout: f64)
                     -> PyResult<Option<String>> {
-    let kind = match Kind::parse(checksum) {
-        Some(Kind::Crc32c) => "crc32c",
-        Some(Kind::Crc32) => "crc32",
-        None => return Err(PyValueError::new_err(format!("unknown checksum type {checksum:?}"))),
-    };
-    if bpc == 0 || packet == 0 || offset.checked_add(length).is_none_or(|end| end > size) {
+    let (kind, bpc) = (crate::dfs::kind(checksum)?, crate::dfs::check_bpc(bpc)?);
+    if packet == 0 || offset.checked_add(length).is_none_or(|end| end > size) {
         return Err(PyValueError::new_err(format!(
-            "{label}: a read of {length} bytes at {offset} of a {size}-byte replica, {bpc} bytes per checksum")));
+            "{label}: a read of {length} bytes at {offset} of a {size}-byte replica in {packet}-byte packets")));
     }
-    let timeout = Duration::try_from_secs_f64(timeout).ok().filter(|d| !d.is_zero())
-        .ok_or_else(|| PyValueError::new_err(format!("bad timeout {timeout}")))?;
+    let timeout = crate::dfs::positive_seconds(timeout, "timeout")?;
     // SAFETY: the caller's open descriptors, borrowed for the call and never closed here
     let replica = unsafe {
         Replica { data: ManuallyDrop::new(File::from_raw_fd(data)), meta: ManuallyDrop::new(File::from_raw_fd(meta)),
@@ -131,7 +119,7 @@ mod tests {
         std::fs::write(dir.join("data"), block).unwrap();
         std::fs::write(dir.join("meta"), &sums).unwrap();
         let open = |n: &str| ManuallyDrop::new(File::open(dir.join(n)).unwrap());
-        Replica { data: open("data"), meta: open("meta"), meta_base: 16, size: block.len() as u64, bpc: 512, kind: "crc32c" }
+        Replica { data: open("data"), meta: open("meta"), meta_base: 16, size: block.len() as u64, bpc: 512, kind: Kind::Crc32c }
     }
 
     fn pair() -> (TcpStream, TcpStream) {

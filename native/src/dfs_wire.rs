@@ -91,12 +91,19 @@ fn short(s: &str) -> String {
 
 /// A header-only message as one transport frame.
 pub fn encode_frame(header: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    start_frame(&mut out, header, 0);
+    out
+}
+
+/// Appends the start of a frame to `out`: the length prefix, the header's length and the JSON header,
+/// `payload` bytes (checksums, data) to follow.
+pub fn start_frame(out: &mut Vec<u8>, header: &Value, payload: usize) {
     let body = serde_json::to_vec(header).expect("a JSON value serializes");
-    let mut out = Vec::with_capacity(8 + body.len());
-    out.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+    out.reserve(8 + body.len() + payload);
+    out.extend_from_slice(&((4 + body.len() + payload) as u32).to_be_bytes());
     out.extend_from_slice(&(body.len() as u32).to_be_bytes());
     out.extend_from_slice(&body);
-    out
 }
 
 pub fn ok_ack(seq: i64) -> Vec<u8> {
@@ -352,15 +359,10 @@ mod tests {
 /// and data start inside it.
 pub fn packet_frame(mut frame: Vec<u8>, kind: Kind, bpc: usize, seq: i64, offset: u64, data: &[u8],
                     last: bool) -> (Vec<u8>, usize, usize) {
-    let header = serde_json::to_vec(&serde_json::json!(
-        {"op": "packet", "seq": seq, "offset": offset, "len": data.len(), "last": last})).expect("JSON");
     let nsums = 4 * checksum::chunks(data.len(), bpc);
-    let total = 4 + header.len() + nsums + data.len();
     frame.clear();
-    frame.reserve(4 + total);
-    frame.extend_from_slice(&(total as u32).to_be_bytes());
-    frame.extend_from_slice(&(header.len() as u32).to_be_bytes());
-    frame.extend_from_slice(&header);
+    start_frame(&mut frame, &serde_json::json!(
+        {"op": "packet", "seq": seq, "offset": offset, "len": data.len(), "last": last}), nsums + data.len());
     let sums_at = frame.len();
     checksum::sums_into(kind, data, bpc, &mut frame);
     let data_at = frame.len();

@@ -88,7 +88,7 @@ def read_cost(client: DfsClient, path: str, impl: str) -> tuple[int, float, floa
     task reads), on ``client``'s node and in this thread's CPU affinity."""
     before_dn = datanode_cpu_s(client)
     got, took, cpu, _ = timed_read.in_child(client.meta_address, client.transport_name, path, impl,
-                                         node=client.node)
+                                            node=client.node)
     return got, took, cpu + datanode_cpu_since(client, before_dn)
 
 
