@@ -266,6 +266,7 @@ NO_FIGURES = "ib_send_lat gave no figures"   # the skip reason's start, which te
 RATIO_METRIC = "rpc.echo.rtt_ratio"
 GOAL_SIZE = 64          # issue 17's verbs latency goal: native verbs RPC 64 B p50 <= 1.5x ib_send_lat's RTT
 GOAL_RATIO = 1.5
+GOAL_ROUNDS = 3
 
 
 def _nearest(sizes, size: int) -> int:
@@ -337,23 +338,33 @@ def test_latency_sweep_verbs_and_tcp_next_to_ib_send_lat(cluster, launchers, mea
         # ib_send_lat runs. In the interleaved sweep above each native call follows a pyverbs and a
         # tcp call, so the native server has gone to sleep and the pyverbs server still busy-polls a
         # vCPU (one guest boot on 2026-12-02: 0.5-0.8 ms interleaved, 60-63 us alone).
-        alone = rpc_workload.latency_sweep(launchers, server, client, configs=[native_verbs],
-                                           sizes=(GOAL_SIZE,), rounds=3, iterations=200, warmup=50)
-        compiled = rpc_workload.round_p50(alone[0])
+        # Each round is set against ib_send_lat run just before and just after it (the geometric mean of
+        # the two round trips): in one guest boot ib_send_lat's typical one-way latency moved between 24
+        # and 48 us from run to run, so one run for all rounds paired them with whatever it happened to see.
+        compiled, brackets = [], [floor]
+        for _ in range(GOAL_ROUNDS):
+            alone = rpc_workload.latency_sweep(launchers, server, client, configs=[native_verbs],
+                                               sizes=(GOAL_SIZE,), rounds=1, iterations=200, warmup=50)
+            compiled += rpc_workload.round_p50(alone[0])
+            after = _ib_send_lat(rdma_host("127.0.0.1"))
+            brackets.append(brackets[-1] if isinstance(after, str) else 2 * after["t_typical"])
+        bracket_rtts = [(a * b) ** 0.5 for a, b in zip(brackets, brackets[1:])]
         # the same pair of ends with no RPC on top: what the endpoint costs, and what the RPC adds
         (pingpong,) = socket_floor.run(launchers, server, client, sizes=(GOAL_SIZE,), iterations=600,
                                        warmup=50, impl="native", transport="verbs")
         measure.record(pingpong)
         assert pingpong.stats["n"] == 600 and pingpong.stats["min"] > 0
         interleaved = rpc_workload.paired_p50(results, tcp_cfg, native_cfg, GOAL_SIZE).candidate
-        goal = [v / floor for v in compiled]
+        goal = [v / f for v, f in zip(compiled, bracket_rtts)]
         measure.record(measurement(RATIO_METRIC, goal, unit="x", direction="lower",
                                    config="verbs-native/ib_send_lat", nodes=nodes,
                                    params={"size": GOAL_SIZE, "reference_size": 2, "of": native_cfg,
-                                           "to": "perftest ib_send_lat t_typical x 2", "goal": GOAL_RATIO,
+                                           "to": "perftest ib_send_lat t_typical x 2, run before and after "
+                                                 "each round (geometric mean)", "goal": GOAL_RATIO,
                                            "back_to_back": True}))
         summary += (f"; native verbs RTT at {GOAL_SIZE} B interleaved {_us(interleaved)}, alone back to back "
-                    f"{_us(compiled)}, alone over ib_send_lat's RTT {_ratios(goal)} "
+                    f"{_us(compiled)}, ib_send_lat's RTT around each round {_us(brackets)}, alone over it "
+                    f"{_ratios(goal)} "
                     f"(goal <= {GOAL_RATIO}: {'met' if min(goal) <= GOAL_RATIO else 'not met'} at the best round, "
                     f"median {statistics.median(goal):.2f}); native verbs ping-pong (no RPC) p50 "
                     f"{pingpong.stats['median']:.1f} us, {pingpong.stats['median'] / floor:.2f}x ib_send_lat's RTT")
@@ -364,7 +375,7 @@ def test_latency_sweep_verbs_and_tcp_next_to_ib_send_lat(cluster, launchers, mea
     # compiled end included (its 64 B against perftest's 2)
     assert min(ours) >= floor, summary
     if not native_why:
-        assert min(compiled) >= floor, summary
+        assert min(compiled) >= min(brackets), summary
 
 
 def _us(xs) -> str:
