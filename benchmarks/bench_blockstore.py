@@ -12,8 +12,10 @@
   checksums to two files. native_r1/floor is what the stack costs over its design; floor/dd is what
   the design allows on this host, so a missed r1 goal says whose it is.
 
-The datanodes make a replica final with a rename and no fsync (page cache, as the Python datanode
-always has), so ``dd`` runs without ``conv=fsync``; ``--fsync`` would need both. Each round writes one
+By default the datanodes make a replica final with a rename and no fsync (page cache, HDFS's default),
+so ``dd`` runs without ``conv=fsync``. With ``--fsync`` both sync: the datanodes each replica before
+its last ack (``--sync-on-close``, HDFS's ``dfs.datanode.synconclose``) and ``dd`` with
+``conv=fsync``; the write floor never syncs, so its write ratios are left out then. Each round writes one
 file of ``--size-mb`` MiB from a client on node0 in ``write()``s of 1,000,000 bytes (TestDFSIO's
 buffer), timed from create to close (close waits for every ack); the rounds interleave the writers.
 MB = 2^20 bytes. Directly:
@@ -165,28 +167,30 @@ def _write_once(store: BlockStore, size_mb: int, path: str, impl: str) -> None:
             out.write(data[:min(left, BUFFER)])
 
 
-def compare(size_mb: int, rounds: int, directory: Path | None, transports=("tcp",)) -> dict:
+def compare(size_mb: int, rounds: int, directory: Path | None, transports=("tcp",), fsync: bool = False) -> dict:
     root = Path(tempfile.mkdtemp(prefix="hpcnet-bench-blockstore-", dir=directory))
     samples: dict[str, list[float]] = {}
     impls = ["native", "python"] if native.AVAILABLE else ["python"]
     stores = {}
     try:
         with clusters.open("local:4", root) as (cluster, launchers):
-            writers = {"dd": lambda: dd_mb_s(root, size_mb, fsync=False)}
+            writers = {"dd": lambda: dd_mb_s(root, size_mb, fsync=fsync)}
             dd_source = root / "dd-read.in"
             with open(dd_source, "wb") as f:
                 for _ in range(size_mb):
                     f.write(os.urandom(1 << 20))
             writers["dd_read"] = lambda: dd_read_mb_s(dd_source, size_mb)
-            if native.AVAILABLE:
+            if native.AVAILABLE and not fsync:
                 writers["floor"] = lambda: floor_mb_s(root, size_mb)
+            if native.AVAILABLE:
                 writers["read_floor"] = lambda: read_floor_mb_s(root, size_mb)
             for transport in transports:
                 prefix = "" if transport == "tcp" else f"{transport}_"
                 for impl in impls:
                     name = f"{prefix}{impl}"
                     stores[name] = BlockStore(launchers, cluster, transport=transport, impl=impl,
-                                              dirs={n.name: root / name / n.name for n in cluster.nodes}).start()
+                                              dirs={n.name: root / name / n.name for n in cluster.nodes},
+                                              sync_on_close=fsync).start()
                     for r in (1, 3):
                         writers[f"{name}_r{r}"] = (lambda s=stores[name], i=impl, r=r:
                                                    store_mb_s(s, size_mb, r, f"/bench/r{r}", i))
@@ -291,6 +295,8 @@ def main(argv=None) -> int:
     p.add_argument("--skip-store", action="store_true", help="checksums only")
     p.add_argument("--transports", nargs="+", default=["tcp"], choices=["tcp", "verbs"],
                    help="the stores' transports (tcp always; verbs needs an RDMA device)")
+    p.add_argument("--fsync", action="store_true",
+                   help="writes reach the disk: datanodes sync each replica before its last ack, dd conv=fsync")
     args = p.parse_args(argv)
     sums = checksum_gb_s()
     print("checksums in 512-byte chunks, GB/s (10^9 B/s): wall clock, and per CPU second of this thread:")
@@ -303,8 +309,12 @@ def main(argv=None) -> int:
               f"{cpu / sums['crc32_python_loop'][1]:.0f}x the Python pipeline's CRC32 loop per CPU second")
     if args.skip_store:
         return 0
-    result = compare(args.size_mb, args.rounds, args.dir, tuple(dict.fromkeys(["tcp", *args.transports])))
-    print(f"\nwrites and reads of {args.size_mb} MiB, {args.rounds} interleaved rounds, MiB/s (median):")
+    result = compare(args.size_mb, args.rounds, args.dir, tuple(dict.fromkeys(["tcp", *args.transports])),
+                     fsync=args.fsync)
+    policy = ("synced on close (datanodes --sync-on-close, dd conv=fsync)" if args.fsync
+              else "left in the page cache (no fsync, datanodes or dd)")
+    print(f"\nwrites and reads of {args.size_mb} MiB, {args.rounds} interleaved rounds, writes {policy}, "
+          f"MiB/s (median):")
     for k, v in result["mb_s"].items():
         print(f"  {k:18s} {v:8.1f}   rounds: {' '.join(f'{x:.0f}' for x in result['samples'][k])}")
     print("CPU ms per MiB (median; dd: its own user+system time; the floor: both its threads; the stores: client + every datanode):")

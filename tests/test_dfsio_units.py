@@ -88,6 +88,13 @@ def test_split_args_and_fs_specs():
         split_args(["--fs"])
     assert parse_fs("posix:/x", "close").describe() == {"fs": "posix:/x", "fsync": "close"}
     assert parse_fs("blockstore").kind == "blockstore"
+    target = parse_fs("blockstore", "close")              # the datanodes sync each replica on close
+    target.store = {"transport": "tcp", "replication": 1, "block_size": 1 << 20, "sync_on_close": True}
+    assert target.fsync == "close" and target.describe()["fsync"] == "close"
+    target.store["sync_on_close"] = False                  # a result says what the datanodes did
+    assert target.describe()["fsync"] == "none"
+    with pytest.raises(ConfigError, match="--fsync: 'every-buffer' is for posix targets"):
+        parse_fs("blockstore", "every-buffer")
     for bad, match in [("posix:rel", "absolute"), ("nfs:/x", "expected posix"), ("posix:", "expected")]:
         with pytest.raises(ConfigError, match=match):
             parse_fs(bad)

@@ -1,5 +1,7 @@
 """The block store's metadata logic and on-disk block format, without processes."""
 
+import os
+
 import pytest
 
 from pytest_hpcnet.reference.dfs.blockfiles import BlockDir
@@ -106,6 +108,27 @@ def test_block_files_store_crcs_resume_truncate_and_detect_a_flip(tmp_path):
     with pytest.raises(DfsError, match="outside"):
         list(bd.read(7, 900, 200, 4096))
     assert bd.delete(7) and not bd.delete(7)
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_sync_on_close_syncs_both_files_then_the_directory_before_a_replica_is_final(tmp_path, monkeypatch, sync):
+    """HDFS's dfs.datanode.synconclose: the data and meta files are synced while open, under their
+    temporary names, and the directory after the renames; off (the default) nothing is synced."""
+    synced = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    bd = BlockDir(tmp_path, sync_on_close=sync)
+    w = bd.open_writer(3, gen=1, bpc=512, offset=0)
+    w.write(b"x" * 1000, chunk_crcs(b"x" * 1000))
+    tdata, tmeta = bd.tmp_paths(3)
+    w.finish()
+    assert synced == ([str(tdata), str(tmeta), str(tmp_path)] if sync else [])
+    assert bd.length(3) == 1000 and not tdata.exists()
 
 
 def test_wire_messages_and_garbage():

@@ -250,3 +250,43 @@ def test_failure_while_draining_the_last_acks_of_a_block(launchers, cluster, tmp
             assert replica.stat().st_size == BLOCK, (out.failures, replica)
         for b in rest:
             assert killed[0] not in [loc["name"] for loc in b["locations"]]
+
+
+def _cached_prefix(path) -> int:
+    """How many bytes from the start of ``path`` are in the page cache after asking the kernel to drop
+    its clean pages (a dirty page stays until it is written back): 0 for a file on the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        try:
+            return os.preadv(fd, [bytearray(os.fstat(fd).st_size)], 0, os.RWF_NOWAIT)
+        except BlockingIOError:
+            return 0
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("impl", ["native", "python"])
+def test_sync_on_close_datanodes_put_every_replica_on_the_disk_before_the_last_ack(launchers, cluster, tmp_path,
+                                                                                    impl):
+    """With ``sync_on_close`` (HDFS's dfs.datanode.synconclose) a closed file's replicas are on the disk
+    when the client's close returns: none of their pages is dirty, so the kernel drops them all."""
+    if impl == "native" and not native.AVAILABLE:
+        pytest.skip(native.WHY_NOT)
+    probe = tmp_path / "probe"
+    probe.write_bytes(os.urandom(64 * KB))
+    with open(probe, "rb+") as f:
+        os.fsync(f.fileno())
+    if _cached_prefix(probe):
+        pytest.skip(f"the file system under {tmp_path} keeps clean pages (tmpfs?): it cannot show a sync")
+    data = os.urandom(BLOCK + 5000)
+    with BlockStore(launchers, cluster, transport="tcp", impl=impl, sync_on_close=True,
+                    dirs={n.name: tmp_path / n.name for n in cluster.nodes}).start() as st, \
+            st.client(replication=2, block_size=BLOCK, packet_size=16 * KB, impl=impl) as c:
+        _write(c, "/s/f", data)
+        blocks = c.meta("get", path="/s/f")["blocks"]
+        replicas = [tmp_path / loc["name"] / "data" / f"blk_{b['id']}{suffix}"
+                    for b in blocks for loc in b["locations"] for suffix in ("", ".meta")]
+        assert len(replicas) == 2 * 2 * 2
+        assert {str(r): _cached_prefix(r) for r in replicas} == {str(r): 0 for r in replicas}
+        assert c.open("/s/f").read() == data

@@ -19,9 +19,15 @@ KIND_OF_MAGIC = {m: k for k, m in MAGICS.items()}
 
 
 class BlockDir:
-    def __init__(self, root: Path):
+    """A datanode's replicas under ``root``. ``sync_on_close`` is HDFS's ``dfs.datanode.synconclose``:
+    a replica is made final only once its data, its checksums and its new names are on the disk
+    (``fsync`` of both files, then of the directory after the renames). Off, as in HDFS, a final
+    replica may still sit in the page cache: a crash of the host, not of the datanode, can lose it."""
+
+    def __init__(self, root: Path, sync_on_close: bool = False):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self.sync_on_close = bool(sync_on_close)
 
     def data_path(self, block_id: int) -> Path:
         return self.root / f"blk_{int(block_id)}"
@@ -242,16 +248,25 @@ class BlockWriter:
         self.meta.write(crcs)
         self.length += len(data)
 
-    def finish(self, fsync: bool = False) -> None:
+    def finish(self) -> None:
         """The replica is complete (every packet was verified as it arrived): rename it into place,
-        the meta file last, so a newer generation replaces an older one as a whole."""
+        the meta file last, so a newer generation replaces an older one as a whole. With the block
+        directory's ``sync_on_close`` the files reach the disk before the renames, and the renames
+        before this returns (the last ack leaves after it)."""
         tdata, tmeta = self.bdir.tmp_paths(self.block_id)
+        sync = self.bdir.sync_on_close
         for f in (self.data, self.meta):
-            if fsync:
+            if sync:
                 os.fsync(f.fileno())
             f.close()
         os.rename(tdata, self.bdir.data_path(self.block_id))
         os.rename(tmeta, self.bdir.meta_path(self.block_id))
+        if sync:
+            fd = os.open(self.bdir.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         self.finished = True
 
     def close(self) -> None:

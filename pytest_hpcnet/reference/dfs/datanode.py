@@ -55,10 +55,10 @@ MAX_TARGETS = 16                             # downstream datanodes one write re
 
 class DataNode:
     def __init__(self, name: str, root: Path, transport: str, meta: tuple[str, int] | None = None,
-                 impl: str | None = None):
+                 impl: str | None = None, sync_on_close: bool = False):
         self.name = name
         self.impl = native_dfs.resolve_impl(impl, transport)
-        self.blocks = BlockDir(root)
+        self.blocks = BlockDir(root, sync_on_close)
         left = self.blocks.clean_tmp()
         if left:
             log(f"datanode {name}", f"removed {left} replica file(s) a previous run left unfinished")
@@ -278,7 +278,7 @@ class DataNode:
                 finally:
                     msg.release()
                 if last:
-                    writer.finish()         # renamed into place (page cache) before the last ack leaves
+                    writer.finish()         # final (renamed; synced if so set) before the last ack leaves
                 acks.put(("ok", seq, last))
                 if last:
                     break
@@ -376,12 +376,16 @@ def main(argv=None) -> int:
     parser.add_argument("--impl", default="auto", help="native|python: who runs the packet pipeline "
                         "(auto: native where the core is installed and speaks the transport: tcp, or verbs where the "
                         "native verbs end runs)")
+    parser.add_argument("--sync-on-close", action="store_true",
+                        help="fsync a replica's files and directory before it is final and acknowledged "
+                        "(HDFS's dfs.datanode.synconclose; off by default, as there)")
     return node_main(parser, _run, argv, label="datanode")
 
 
 def _run(args) -> int:
     host, _, port = args.meta.rpartition(":")
-    node = DataNode(args.name, args.dir, args.transport, meta=(host, int(port)), impl=args.impl)
+    node = DataNode(args.name, args.dir, args.transport, meta=(host, int(port)), impl=args.impl,
+                    sync_on_close=args.sync_on_close)
     listener = node.transport.listen(args.host, args.port)
     register((host, int(port)), args.name, listener.address)
     server = serve(listener, node.handle, f"datanode {args.name}").start()

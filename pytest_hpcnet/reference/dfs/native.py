@@ -69,7 +69,7 @@ def stream(up, down, writer, index: int, label: str, packet_timeout: float, log)
         writer.length = length
         abort = end == "upstream"
         if end == "last":
-            writer.finish()        # renamed into place (page cache) before the last ack leaves
+            writer.finish()        # final (renamed; synced if so set) before the last ack leaves
             last = seq
         elif end == "checksum":
             writer.abandon()

@@ -22,12 +22,14 @@ from .native import resolve_impl
 
 class BlockStore:
     def __init__(self, launchers, cluster, *, transport: str = "tcp", dirs: dict | None = None,
-                 network: str = "eth", nodes=None, impl: str | dict | None = None):
+                 network: str = "eth", nodes=None, impl: str | dict | None = None,
+                 sync_on_close: bool = False):
         if transport not in TRANSPORTS:
             raise ConfigError(f"unknown transport {transport!r}; choose one of {sorted(TRANSPORTS)}",
                               "blockstore transport")
         self.launchers, self.cluster, self.transport = launchers, cluster, transport
         self.network = network
+        self.sync_on_close = bool(sync_on_close)   # HDFS's dfs.datanode.synconclose, on every datanode
         self.nodes = tuple(nodes or cluster.nodes)
         reason = cross_host_reason(transport, self.nodes)
         if reason:   # datanodes pipeline to each other: every pair must be reachable
@@ -63,7 +65,8 @@ class BlockStore:
             sys.executable, "-m", "pytest_hpcnet.reference.dfs.datanode",
             "--dir", str(self.dirs[node.name] / "data"), "--name", node.name,
             "--transport", self.transport, "--meta", f"{host}:{port}",
-            "--host", node.address(self.network), "--impl", self.impls[node.name]])
+            "--host", node.address(self.network), "--impl", self.impls[node.name]]
+            + (["--sync-on-close"] if self.sync_on_close else []))
         self.datanodes[node.name] = proc
         if wait:
             await_ready(proc, timeout=timeout)
@@ -88,7 +91,7 @@ class BlockStore:
              checksum: str = checksums.PREFERRED) -> dict:
         return {"kind": "blockstore", "meta": list(self.meta_address), "transport": self.transport,
                 "replication": replication, "block_size": block_size, "checksum": checksum,
-                "impls": dict(self.impls)}
+                "impls": dict(self.impls), "sync_on_close": self.sync_on_close}
 
     def client(self, **options) -> DfsClient:
         return DfsClient(self.meta_address, self.transport, **options)

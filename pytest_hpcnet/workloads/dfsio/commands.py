@@ -7,7 +7,8 @@ Single-dash options are TestDFSIO's (see ``options``). Double-dash options are o
 ``--fs`` (posix:/abs/path | posix:local | posix:shared | blockstore; default posix:shared),
 ``--cluster`` (local:N, netns:N or an inventory; default local:4), ``--workdir`` (root of an embedded
 cluster's node dirs; default $TMPDIR/hpcnet-dfsio, kept so a -read can follow a -write),
-``--fsync`` (none | close | every-buffer, posix only; default none), ``--transport`` (tcp | shm),
+``--fsync`` (none | close | every-buffer; for the block store none | close, the datanodes syncing
+each replica before they acknowledge it; default none), ``--transport`` (tcp | shm),
 ``--replication`` (1-3; default 3, at most the node count), ``--block-size`` (a size; default 128MB),
 ``--verify`` (check read data against the write pattern), ``--timeout`` (seconds; default 600),
 ``--progress`` / ``--no-progress`` (a bar of finished files on stderr; default: on a terminal only).
@@ -43,7 +44,8 @@ TestDFSIO (single-dash options, as Hadoop's) over a POSIX directory or the refer
 
 options:
   --fs          where files go (default posix:shared); a posix:/abs/dir must already exist
-  --fsync       posix only: none (default), close (fsync before close), every-buffer
+  --fsync       none (default), close (fsync before close; blockstore: each replica before its
+                last ack, HDFS's dfs.datanode.synconclose), every-buffer (posix only)
   --cluster     nodes that run the tasks (default local:4)
   --workdir     root of an embedded cluster's node dirs (default $TMPDIR/hpcnet-dfsio-$USER, kept so a
                 -read can follow a -write)
@@ -127,7 +129,8 @@ def run_command(args) -> int:
         try:
             if target.kind == "blockstore":
                 from ...reference.dfs.store import BlockStore
-                store = BlockStore(launchers, cluster, transport=transport).start()
+                store = BlockStore(launchers, cluster, transport=transport,
+                                   sync_on_close=target.fsync == "close").start()
                 target.store = store.spec(replication=replication, block_size=block_size)
             show = True if "--progress" in ours else False if "--no-progress" in ours else None
             with progress.bar(opts.nr_files if opts.test_type != "cleanup" else 0,

@@ -21,6 +21,8 @@ from .fs import FSYNC_POLICIES, file_name
 from .options import DfsioOptions
 from .results import DfsioResult, TaskResult
 
+BLOCKSTORE_FSYNC = ("none", "close")    # a datanode syncs whole replicas, not a client's buffers
+
 TASK_MODULE = "pytest_hpcnet.workloads.dfsio.task"
 
 
@@ -32,7 +34,9 @@ class DfsioError(HpcnetError, RuntimeError):
 class FsTarget:
     """Where the files go. ``root`` for posix: a path, or "local" (each node's own directory:
     ``node_dirs[name]`` if given, else ``<work dir>/dfsio``) or "shared" (the cluster's shared dir).
-    ``store`` for the block store: ``BlockStore.spec()``."""
+    ``store`` for the block store: ``BlockStore.spec()``; ``fsync`` asks for its datanodes' policy
+    (``close``: each replica is synced before it is acknowledged), and the store's spec says what they
+    were started with, which is what a result reports."""
 
     kind: str
     root: str | None = None
@@ -56,7 +60,8 @@ class FsTarget:
     def describe(self) -> dict:
         if self.kind == "blockstore":
             return {"fs": "blockstore", "transport": self.store["transport"],
-                    "replication": self.store["replication"], "block_size": self.store["block_size"]}
+                    "replication": self.store["replication"], "block_size": self.store["block_size"],
+                    "fsync": "close" if self.store.get("sync_on_close") else "none"}
         return {"fs": f"posix:{self.root}", "fsync": self.fsync}
 
     @property
@@ -70,7 +75,11 @@ def parse_fs(text: str, fsync: str = "none") -> FsTarget:
         raise ConfigError(f"unknown fsync policy {fsync!r}; choose one of {', '.join(FSYNC_POLICIES)}",
                           "--fsync")
     if text == "blockstore":
-        return FsTarget("blockstore")
+        if fsync not in BLOCKSTORE_FSYNC:
+            raise ConfigError(f"{fsync!r} is for posix targets; the block store's datanodes sync a replica "
+                              f"when it is closed (close, HDFS's dfs.datanode.synconclose) or leave it to the "
+                              f"page cache (none)", "--fsync")
+        return FsTarget("blockstore", fsync=fsync)
     kind, _, root = text.partition(":")
     if kind != "posix" or not root:
         raise ConfigError(f"{text!r}: expected posix:/path, posix:local, posix:shared or blockstore", "--fs")
