@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+from pytest_hpcnet.reference.dfs import blockfiles
 from pytest_hpcnet.reference.dfs.blockfiles import BlockDir
 from pytest_hpcnet.reference.dfs.errors import ChecksumError, DfsError, NoSuchFile, ProtocolError
 from pytest_hpcnet.reference.dfs.namespace import Namespace
@@ -111,7 +112,7 @@ def test_block_files_store_crcs_resume_truncate_and_detect_a_flip(tmp_path):
 
 
 @pytest.mark.parametrize("sync", [False, True])
-def test_sync_on_close_syncs_both_files_then_the_directory_before_a_replica_is_final(tmp_path, monkeypatch, sync):
+def test_sync_on_close_starts_writeback_behind_the_writes_and_syncs_both_files_then_the_directory(tmp_path, monkeypatch, sync):
     """HDFS's dfs.datanode.synconclose: the data and meta files are synced while open, under their
     temporary names, and the directory after the renames; off (the default) nothing is synced."""
     synced = []
@@ -121,14 +122,20 @@ def test_sync_on_close_syncs_both_files_then_the_directory_before_a_replica_is_f
         synced.append(os.readlink(f"/proc/self/fd/{fd}"))
         real_fsync(fd)
 
+    started = []
     monkeypatch.setattr(os, "fsync", recording_fsync)
+    monkeypatch.setattr(blockfiles, "SYNC_BEHIND", 1500)
+    monkeypatch.setattr(blockfiles, "start_writeback", lambda fd, offset, length: started.append((offset, length)))
     bd = BlockDir(tmp_path, sync_on_close=sync)
     w = bd.open_writer(3, gen=1, bpc=512, offset=0)
-    w.write(b"x" * 1000, chunk_crcs(b"x" * 1000))
+    for _ in range(3):
+        w.write(b"x" * 1000, chunk_crcs(b"x" * 1000))
     tdata, tmeta = bd.tmp_paths(3)
     w.finish()
     assert synced == ([str(tdata), str(tmeta), str(tmp_path)] if sync else [])
-    assert bd.length(3) == 1000 and not tdata.exists()
+    # writeback starts behind the writes once 1500 bytes are unsynced (HDFS's sync.behind.writes)
+    assert started == ([(0, 2000)] if sync else [])
+    assert bd.length(3) == 3000 and not tdata.exists()
 
 
 def test_wire_messages_and_garbage():

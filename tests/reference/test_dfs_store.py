@@ -10,6 +10,7 @@ import pytest
 from pytest_hpcnet.cluster import local_cluster
 from pytest_hpcnet.cluster.pool import Launchers
 from pytest_hpcnet.reference import auth, native
+from pytest_hpcnet.reference.dfs.blockfiles import SYNC_BEHIND
 from pytest_hpcnet.reference.dfs.errors import ChecksumError, DfsError, DfsWriteError
 from pytest_hpcnet.reference.dfs.store import BlockStore
 from pytest_hpcnet.reference.transport import get_transport
@@ -270,7 +271,8 @@ def _cached_prefix(path) -> int:
 def test_sync_on_close_datanodes_put_every_replica_on_the_disk_before_the_last_ack(launchers, cluster, tmp_path,
                                                                                     impl):
     """With ``sync_on_close`` (HDFS's dfs.datanode.synconclose) a closed file's replicas are on the disk
-    when the client's close returns: none of their pages is dirty, so the kernel drops them all."""
+    when the client's close returns: none of their pages is dirty, so the kernel drops them all. The
+    block is larger than SYNC_BEHIND, so its writeback also started while it was written."""
     if impl == "native" and not native.AVAILABLE:
         pytest.skip(native.WHY_NOT)
     probe = tmp_path / "probe"
@@ -279,14 +281,14 @@ def test_sync_on_close_datanodes_put_every_replica_on_the_disk_before_the_last_a
         os.fsync(f.fileno())
     if _cached_prefix(probe):
         pytest.skip(f"the file system under {tmp_path} keeps clean pages (tmpfs?): it cannot show a sync")
-    data = os.urandom(BLOCK + 5000)
+    data = os.urandom(SYNC_BEHIND + BLOCK + 5000)
     with BlockStore(launchers, cluster, transport="tcp", impl=impl, sync_on_close=True,
                     dirs={n.name: tmp_path / n.name for n in cluster.nodes}).start() as st, \
-            st.client(replication=2, block_size=BLOCK, packet_size=16 * KB, impl=impl) as c:
+            st.client(replication=2, block_size=2 * SYNC_BEHIND, impl=impl) as c:
         _write(c, "/s/f", data)
         blocks = c.meta("get", path="/s/f")["blocks"]
         replicas = [tmp_path / loc["name"] / "data" / f"blk_{b['id']}{suffix}"
                     for b in blocks for loc in b["locations"] for suffix in ("", ".meta")]
-        assert len(replicas) == 2 * 2 * 2
+        assert len(replicas) == 2 * 2
         assert {str(r): _cached_prefix(r) for r in replicas} == {str(r): 0 for r in replicas}
         assert c.open("/s/f").read() == data

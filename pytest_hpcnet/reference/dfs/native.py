@@ -62,7 +62,7 @@ def stream(up, down, writer, index: int, label: str, packet_timeout: float, log)
     block_stream = core_module.core.BlockStream(
         endpoint(up), endpoint(down) if down is not None else None, writer.data.fileno(),
         writer.meta.fileno(), writer.bpc, writer.checksum, index, writer.length, label, packet_timeout,
-        bytes(getattr(up, "_carry", b"")))
+        bytes(getattr(up, "_carry", b"")), writer.sync_behind)
     last, abort = None, True
     try:
         end, length, seq, message = block_stream.receive()
