@@ -279,7 +279,11 @@ def test_sync_on_close_datanodes_put_every_replica_on_the_disk_before_the_last_a
     probe.write_bytes(os.urandom(64 * KB))
     with open(probe, "rb+") as f:
         os.fsync(f.fileno())
-    if _cached_prefix(probe):
+    try:
+        cached = _cached_prefix(probe)
+    except OSError as e:        # RWF_NOWAIT unsupported there
+        pytest.skip(f"the file system under {tmp_path} cannot say which pages are cached: {e}")
+    if cached:
         pytest.skip(f"the file system under {tmp_path} keeps clean pages (tmpfs?): it cannot show a sync")
     data = os.urandom(SYNC_BEHIND + BLOCK + 5000)
     with BlockStore(launchers, cluster, transport="tcp", impl=impl, sync_on_close=True,
