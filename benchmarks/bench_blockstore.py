@@ -35,7 +35,8 @@ core's block-read floor (``block_read_floor``: checksums and ``sendfile`` one wa
 receive into one buffer and verify the other, no protocol), so native_read/read_floor is what the
 stack costs over its design.
 
-asv: ``BlockStoreWrite.track_*`` (the ratios, one run each).
+asv: ``BlockStoreWrite.track_*`` (the ratios, one run each; ``track_native_r1_vs_dd_synced`` the
+replication-1 goal with both sides synced on close).
 """
 
 from __future__ import annotations
@@ -255,7 +256,8 @@ class BlockStoreWrite:
     timeout = 600
 
     def setup_cache(self):
-        return {"checksums": checksum_gb_s(0.2), **compare(16, 1, None)}
+        return {"checksums": checksum_gb_s(0.2), **compare(16, 1, None),
+                "synced": compare(16, 1, None, fsync=True)["ratios"]}
 
     def track_crc32c_native_gb_s(self, cache):
         return cache["checksums"].get("crc32c_native", (float("nan"),))[0]
@@ -264,6 +266,10 @@ class BlockStoreWrite:
 
     def track_native_r1_vs_dd(self, cache):
         return cache["ratios"].get("native_r1/dd", float("nan"))
+
+    def track_native_r1_vs_dd_synced(self, cache):
+        """The same ratio with both synced on close (datanodes --sync-on-close, dd conv=fsync)."""
+        return cache["synced"].get("native_r1/dd", float("nan"))
 
     def track_native_r3_vs_r1(self, cache):
         return cache["ratios"].get("native_r3/native_r1", float("nan"))
