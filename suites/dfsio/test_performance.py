@@ -95,6 +95,7 @@ PIPELINE_MB, PIPELINE_PACKET, PIPELINE_BLOCK = 8, 8 * 1024, 4 << 20
 FLOOR_MB, FLOOR_ROUNDS, FLOOR_BLOCK = 64, 30, 128 << 20
 # the read gate: one 64 MiB file (one block), each round a native and a Python reading process
 READ_MB, READ_ROUNDS, READ_BEST_OF = 64, 16, 3
+FAULTS_METRIC = "dfsio.read.client_faults_per_mb"
 
 
 @pytest.fixture
@@ -291,9 +292,6 @@ def test_blockstore_read_client_cpu_native_vs_python(read_back, cluster, measure
     _record_read(measure, counted, FAULTS_METRIC, cluster.names[0], unit="faults/MiB")
     claim("dfsio.local.blockstore.read_native_vs_python.client_faults", counted)
     claim("dfsio.local.blockstore.read_native_vs_python.client_cpu", paired)
-
-
-FAULTS_METRIC = "dfsio.read.client_faults_per_mb"
 
 
 @pytest.mark.edr

@@ -37,7 +37,7 @@ class BlockDir:
     A replica that will be synced also starts its writeback every ``SYNC_BEHIND`` bytes as it is
     written (HDFS's dfs.datanode.sync.behind.writes), so the sync on close finds little left to do:
     in ``bench_blockstore.py --size-mb 128 --fsync``, three runs each taking turns with and without
-    it, a native replication-1 write ran at 970-1160 MiB/s (medians) against 780-940 without."""
+    it, a native replication-1 write ran at 973-1156 MiB/s (run medians) against 783-938 without."""
 
     def __init__(self, root: Path, sync_on_close: bool = False):
         self.root = Path(root)
