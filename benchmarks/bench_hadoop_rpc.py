@@ -54,7 +54,7 @@ def hadoop_calls_per_second(clients: int, server_threads: int, size: int, second
     """One RPCCallBenchmark run: {"warmed": calls/s after the warm-up seconds, "total": its own figure,
     "per_second": [calls in each second]}."""
     from pytest_hpcnet.targets.hadoop import jobs
-    from pytest_hpcnet.targets.hadoop.minicluster import free_port
+    from pytest_hpcnet.sockets import free_port
     from pytest_hpcnet.targets.hadoop.runtime import find_runtime
     r = jobs.rpc_benchmark(find_runtime(), clients=clients, seconds=warmup + seconds, msg_size=size,
                            port=free_port(), server_threads=server_threads)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
 from typing import Callable
+
+FIRST_PORT = 10000              # below it sit well-known services; a free port is picked above it
+_handed_out: set[int] = set()   # ports this process gave out: never the same one twice
 
 
 def recv_exact(sock: socket.socket, view: memoryview) -> None:
@@ -35,3 +39,42 @@ def accept_in_background(listener: socket.socket, handle: Callable[[socket.socke
     thread = threading.Thread(target=loop, name=name, daemon=True)
     thread.start()
     return thread
+
+
+def ephemeral_ports() -> range:
+    """The ports the kernel hands to outgoing connections and to ``bind(0)`` (Linux's
+    ``ip_local_port_range``; its default where that cannot be read)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = map(int, f.read().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
+def free_port(address: str = "") -> int:
+    """A tcp port nobody holds now, for a server that another process binds a little later.
+
+    Why not ``bind(0)``: the kernel takes that port from its ephemeral range, the one it also gives
+    every outgoing connection, so between this check and the server's own bind any connect on the
+    host (a JVM's, a pytest worker's) can take it, and the server dies with "Address already in use".
+    A random port outside that range can only be taken by another server; checking it on the
+    wildcard address (without SO_REUSEADDR, so a port in TIME_WAIT also counts as held) and never
+    giving one out twice in this process leaves only another process picking the same one in the same
+    moment, one in tens of thousands."""
+    ephemeral = ephemeral_ports()
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    wildcard = "::" if family == socket.AF_INET6 else ""
+    for _ in range(1000):
+        port = random.randrange(FIRST_PORT, 65536)
+        if port in ephemeral or port in _handed_out:
+            continue
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((wildcard, port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise OSError(f"no free tcp port found in {FIRST_PORT}-65535 outside the ephemeral range "
+                  f"{ephemeral.start}-{ephemeral.stop - 1}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -224,6 +225,25 @@ def test_slurm_missing_python_is_one_line(slurm, tmp_path):
     host = load_cluster(str(inventory), tmp_path).nodes[2].host
     assert message == (f"node node2 (host {host}): no Python at /opt/no/such/python3 "
                        f"(set the inventory key python)"), message
+
+
+@pytest.mark.slurm
+def test_slurmctld_finds_its_port_taken_and_starts_on_another(monkeypatch, tmp_path):
+    """Another process binds slurmctld's port between the pick and slurmctld's own bind (a CI run
+    lost every Slurm test to that once): slurmctld dies with "Address already in use", and the
+    embedded Slurm starts it again on a fresh port."""
+    if why := slurmbox.missing():
+        pytest.skip(why)
+    with netns.temporary_netns_cluster(1, tmp_path / "hosts") as cluster, socket.socket() as taken:
+        taken.bind((cluster.controller_address(), 0))
+        taken.listen()
+        picks = iter([taken.getsockname()[1]])
+        fresh = slurmbox.free_port
+        monkeypatch.setattr(slurmbox, "free_port", lambda address: next(picks, None) or fresh(address))
+        with slurmbox.EmbeddedSlurm(cluster, tmp_path / "slurm") as box:
+            assert box.port != taken.getsockname()[1]
+            assert f"SlurmctldPort={box.port}" in box.conf.read_text()
+            assert [d.poll() for d in box.daemons] == [None] * 3   # munged, slurmctld, one slurmd
 
 
 @pytest.mark.slurm

@@ -26,9 +26,10 @@ import time
 from pathlib import Path
 
 from ..errors import LaunchError
+from ..sockets import free_port
 from .launcher import LocalProcess
 from .model import Cluster
-from .sshd import wait_port, write_inventory
+from .sshd import write_inventory
 
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "srun", "salloc", "scancel", "squeue", "scontrol")
 SLURMD_PORT = 6818
@@ -41,12 +42,6 @@ def missing() -> str | None:
             return (f"{tool} is not installed (Debian: slurmctld, slurmd, slurm-client and munge), so the "
                     f"real-Slurm tests cannot run")
     return None
-
-
-def _free_port(address: str) -> int:
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
 
 
 def _tool(name: str) -> str:
@@ -73,7 +68,7 @@ class EmbeddedSlurm:
         r = self.root
         for d in ("munge", "state", "spool", "log"):
             (r / d).mkdir(exist_ok=True)
-        self.port = _free_port(self.controller)
+        self.port = free_port(self.controller)
         nodes = [f"NodeName={n.name} NodeAddr={n.host} NodeHostname={n.name} Port={SLURMD_PORT} CPUs={os.cpu_count() or 1} "
                  f"RealMemory=256 State=UNKNOWN" for n in self.cluster.nodes]
         for n in self.cluster.nodes:
@@ -121,9 +116,7 @@ class EmbeddedSlurm:
                                          f"--seed-file={r / 'munge' / 'munged.seed'}"], env, r, logdir)
             self.daemons.append(munged)
             self._wait(lambda: self.munge_socket.exists(), munged, "munged", 20)
-            ctld = LocalProcess(head, [_tool("slurmctld"), "-D", "-i"], env, r, logdir)
-            self.daemons.append(ctld)
-            wait_port(self.controller, self.port, 30, ctld, "slurmctld")
+            self._start_slurmctld(head, env, logdir)
             for node in self.cluster.nodes:
                 ns = node.extra["netns"]["namespace"]
                 # nsenter, not ``ip netns exec``: that remounts /sys, and slurmd 22.05 loads its cgroup
@@ -136,6 +129,23 @@ class EmbeddedSlurm:
             raise
         return self
 
+    def _start_slurmctld(self, head, env, logdir, attempts: int = 3) -> None:
+        """slurmctld on a free port; a port taken in the moment before slurmctld binds it (another
+        process picked it too) means a fresh port and a fresh start, not a failed session."""
+        for attempt in range(attempts):
+            ctld = LocalProcess(head, [_tool("slurmctld"), "-D", "-i"], env, self.root, logdir)
+            self.daemons.append(ctld)
+            try:
+                # the port answering is not enough: whoever took it answers too
+                self._wait(self._controller_up, ctld, "slurmctld", 30)
+                return
+            except LaunchError as e:
+                if "Address already in use" not in str(e) or attempt == attempts - 1:
+                    raise
+                ctld.kill(grace=3.0)
+                self.daemons.remove(ctld)
+                self._write_config()   # a new port
+
     def _wait(self, ready, proc, what: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while not ready():
@@ -146,6 +156,11 @@ class EmbeddedSlurm:
             if time.monotonic() > deadline:
                 raise LaunchError(f"{what}: not ready after {timeout:g}s; see {self.root / 'log'}")
             time.sleep(0.2)
+
+    def _controller_up(self) -> bool:
+        done = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=30,
+                              env={**os.environ, **self.env()})
+        return " is UP" in done.stdout
 
     def _all_idle(self) -> bool:
         done = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True,

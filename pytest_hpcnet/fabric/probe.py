@@ -4,11 +4,11 @@ under test). Returns ``fabric.*`` measurements; a tool that cannot run says why 
 
 from __future__ import annotations
 
-import socket
 import time
 
 from ..errors import HpcnetError
 from ..measure import Measurement, measurement
+from ..sockets import free_port
 from .tools import DEFAULT, TOOLS, FabricTool, ToolError
 
 SERVER_START = 1.0               # seconds a tool's server gets to listen before its client connects
@@ -21,15 +21,6 @@ def metric_of(quantity: str) -> str:
 def config_of(tool: FabricTool, net: str) -> str:
     """The measurement's configuration: which side of the comparison, over which network."""
     return f"transport={'verbs' if tool.side == 'rdma' else 'tcp'},net={net}"
-
-
-def free_port() -> int:
-    """A tcp port free on this host right now, for one tool run (two runs at once, e.g. two pytest
-    workers, must not meet on one port; the nodes of local and netns clusters share this host's port
-    space or have their own)."""
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def run_tool(launchers, server_node, client_node, tool: FabricTool, address: str, seconds: float = 2.0,

@@ -28,7 +28,7 @@ from pytest_hpcnet.reference.mapreduce.teravalidate import teravalidate as ref_t
 from pytest_hpcnet.reference.rpc.hadoop_bench import bench_client, bench_server, calls_per_second
 from pytest_hpcnet.report.crosscheck import METRICS, read_verdict
 from pytest_hpcnet.targets.hadoop import jobs, yarn
-from pytest_hpcnet.targets.hadoop.minicluster import free_port
+from pytest_hpcnet.sockets import free_port
 
 pytestmark = pytest.mark.hadoop
 

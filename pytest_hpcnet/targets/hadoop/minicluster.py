@@ -23,7 +23,6 @@ import atexit
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -31,6 +30,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ...errors import ConfigError, HpcnetError
+from ...sockets import free_port
 from .budget import MINICLUSTER_START_S
 from .runtime import HadoopRuntime, check_loopback_hostname
 
@@ -74,12 +74,6 @@ PORT_KEYS = ("yarn.resourcemanager.webapp.address", "yarn.resourcemanager.schedu
 
 class MiniClusterError(HpcnetError, RuntimeError):
     """The MiniCluster did not start or stopped serving; the message ends with its log's tail."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def read_hadoop_xml(path: str | os.PathLike) -> dict[str, str]:

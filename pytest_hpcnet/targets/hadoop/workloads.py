@@ -143,7 +143,7 @@ class HadoopWorkloads(Workloads):
     # -- RPC -----------------------------------------------------------------------------------------
     @contextmanager
     def rpc_server(self, *, threads=4):
-        from .minicluster import free_port
+        from ...sockets import free_port
         with jobs.rpc_benchmark_server(self.runtime(), port=free_port(), threads=threads) as address:
             yield address
 

@@ -19,8 +19,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+from ...sockets import free_port
 from ..hadoop.jobs import run_program
-from ..hadoop.minicluster import SHORT_POLLS, SMALL_BOX, free_port, kill_trees, write_client_conf
+from ..hadoop.minicluster import SHORT_POLLS, SMALL_BOX, kill_trees, write_client_conf
 from ..hadoop.runtime import JAVA17_OPENS
 from .daemons import Daemon, DaemonError
 

@@ -8,7 +8,6 @@ of a shared machine hits all three alike. Every barrier run writes one ``.bs`` f
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from ...cluster.shaping import DEFAULT_LEVEL, check_level, level_bytes
 from ...errors import ConfigError
 from ...measure import Measurement, Series, abba, summarize
 from ...report.bsfile import read_bs
+from ...sockets import free_port
 
 SCENARIOS = ("alone", "interference", "qjump")
 METRIC = "qjump.barrier"
@@ -37,16 +37,7 @@ def barrier_ports(nodes, network: str = "eth") -> list[int]:
     addresses = [n.address(network) for n in nodes]
     if len(set(addresses)) == len(addresses):
         return [NAIAD_PORT] * len(nodes)
-    held = []
-    try:
-        for address in addresses:
-            s = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
-            held.append(s)
-            s.bind((address, 0))
-        return [s.getsockname()[1] for s in held]
-    finally:
-        for s in held:
-            s.close()
+    return [free_port(address) for address in addresses]   # never the same one twice
 
 
 def run_barrier(launchers: Launchers, nodes, outdir: Path, label: str, *, rounds: int, warmup: int = 100,
