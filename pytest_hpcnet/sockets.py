@@ -9,6 +9,9 @@ from typing import Callable
 
 FIRST_PORT = 10000              # below it sit well-known services; a free port is picked above it
 _handed_out: set[int] = set()   # ports this process gave out: never the same one twice
+# drawn from the OS, not from ``random``'s shared state: pytest-randomly seeds that alike in every
+# worker at every test, and two workers would then draw the same ports in the same order
+_draw = random.SystemRandom()
 
 
 def recv_exact(sock: socket.socket, view: memoryview) -> None:
@@ -63,10 +66,12 @@ def free_port(address: str = "") -> int:
     giving one out twice in this process leaves only another process picking the same one in the same
     moment, one in tens of thousands."""
     ephemeral = ephemeral_ports()
+    if ephemeral.start <= FIRST_PORT and ephemeral.stop > 65535:
+        ephemeral = range(0)   # a host that gives every port to connects: checking is all there is
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     wildcard = "::" if family == socket.AF_INET6 else ""
     for _ in range(1000):
-        port = random.randrange(FIRST_PORT, 65536)
+        port = _draw.randrange(FIRST_PORT, 65536)
         if port in ephemeral or port in _handed_out:
             continue
         with socket.socket(family, socket.SOCK_STREAM) as s:
