@@ -391,6 +391,10 @@ impl EventLoop {
         let mut hot: Vec<usize> = Vec::new();
         let mut spin_until = Instant::now();
         let mut spin_cap = Instant::now(); // a spin never outlasts SPIN_CAP after the last wake-up
+        // while spinning, the other sockets are looked at (one poll system call) once per
+        // `yield_every`, not after every message served: under emulation each system call costs a
+        // good part of a round trip, and a tcp or shm event then waits at most that long
+        let mut next_look = Instant::now();
         while !self.shared.stopping.load(Ordering::Relaxed) {
             let stalled: Vec<usize> = self.conns.iter()
                 .filter(|(_, c)| c.writable_interest && matches!(c.stream, Io::Verbs(_)))
@@ -402,8 +406,8 @@ impl EventLoop {
             }
             if spinning {
                 std::thread::yield_now(); // let rxe's kernel workers run (see VerbsEnd::wait)
-                // then only the hot connections' CQs are polled, up to `yield_every`, before the next
-                // yield and look at the other sockets: each costs a system call
+                // then only the hot connections' CQs are polled, up to `yield_every` or a message
+                // served, before the next yield (a system call, as the look at the other sockets)
                 let burst_end = (Instant::now() + crate::verbs::yield_every()).min(spin_until);
                 loop {
                     let served = self.serve_hot(&hot, false);
@@ -415,6 +419,10 @@ impl EventLoop {
                     }
                     std::hint::spin_loop();
                 }
+                if Instant::now() < next_look {
+                    continue;
+                }
+                next_look = Instant::now() + crate::verbs::yield_every();
             } else if !hot.is_empty() {
                 // the spin is over: arm the hot connections' CQs, then look once more, since a
                 // completion that came before the arming raises no event. A message found then came
