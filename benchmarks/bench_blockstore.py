@@ -10,7 +10,11 @@
   passes with no protocol -- one thread copies each packet out of the caller's buffer, sums its chunks
   and sends it over loopback tcp, another receives it, verifies every chunk and writes data and
   checksums to two files. native_r1/floor is what the stack costs over its design; floor/dd is what
-  the design allows on this host, so a missed r1 goal says whose it is.
+  the design allows on this host, so a missed r1 goal says whose it is;
+- the same floor with three receivers in a chain (``floor_r3``: each but the last forwards every
+  packet before it verifies and writes it, one thread per datanode): native_r3/floor_r3 is what the
+  stack costs over its design at replication 3, floor_r3/floor what the design allows for the r3 goal
+  on this host's cores.
 
 By default the datanodes make a replica final with a rename and no fsync (page cache, HDFS's default),
 so ``dd`` runs without ``conv=fsync``. With ``--fsync`` both sync: the datanodes each replica before
@@ -123,10 +127,12 @@ def read_floor_mb_s(directory: Path, size_mb: int) -> tuple[float, float]:
     return size_mb / seconds, (sender + receiver) * 1000 / size_mb
 
 
-def floor_mb_s(directory: Path, size_mb: int) -> tuple[float, float]:
-    """(MiB/s, CPU ms per MiB of both threads) of the block-write floor writing ``size_mb`` MiB into
-    ``directory`` in packets of the store's size (64 KiB, a CRC32C per 512 bytes)."""
-    seconds, sender, receiver = native.core.block_write_floor(str(directory), size_mb << 20, PACKET_SIZE)
+def floor_mb_s(directory: Path, size_mb: int, replicas: int = 1) -> tuple[float, float]:
+    """(MiB/s, CPU ms per MiB of all its threads) of the block-write floor writing ``size_mb`` MiB into
+    ``directory`` in packets of the store's size (64 KiB, a CRC32C per 512 bytes), to ``replicas``
+    receivers in a chain."""
+    seconds, sender, receiver = native.core.block_write_floor(str(directory), size_mb << 20, PACKET_SIZE,
+                                                              replicas=replicas)
     return size_mb / seconds, (sender + receiver) * 1000 / size_mb
 
 
@@ -183,6 +189,7 @@ def compare(size_mb: int, rounds: int, directory: Path | None, transports=("tcp"
             writers["dd_read"] = lambda: dd_read_mb_s(dd_source, size_mb)
             if native.AVAILABLE and not fsync:
                 writers["floor"] = lambda: floor_mb_s(root, size_mb)
+                writers["floor_r3"] = lambda: floor_mb_s(root, size_mb, replicas=3)
             if native.AVAILABLE:
                 writers["read_floor"] = lambda: read_floor_mb_s(root, size_mb)
             for transport in transports:
@@ -220,6 +227,9 @@ def compare(size_mb: int, rounds: int, directory: Path | None, transports=("tcp"
         ratios["native_r1/floor"] = statistics.median(
             a / b for a, b in zip(samples["native_r1"], samples["floor"]))
         ratios["floor/dd"] = statistics.median(a / b for a, b in zip(samples["floor"], samples["dd"]))
+        ratios["native_r3/floor_r3"] = statistics.median(
+            a / b for a, b in zip(samples["native_r3"], samples["floor_r3"]))
+        ratios["floor_r3/floor"] = statistics.median(a / b for a, b in zip(samples["floor_r3"], samples["floor"]))
     for impl in impls:
         ratios[f"{impl}_read/dd_read"] = statistics.median(
             a / b for a, b in zip(samples[f"{impl}_read"], samples["dd_read"]))
@@ -280,6 +290,13 @@ class BlockStoreWrite:
     def track_floor_vs_dd(self, cache):
         return cache["ratios"].get("floor/dd", float("nan"))
 
+    def track_native_r3_vs_floor_r3(self, cache):
+        return cache["ratios"].get("native_r3/floor_r3", float("nan"))
+
+    def track_floor_r3_vs_floor(self, cache):
+        """What the design allows for the r3 goal on this host: the chained floor over the plain one."""
+        return cache["ratios"].get("floor_r3/floor", float("nan"))
+
     def track_native_vs_python_r1(self, cache):
         return cache["ratios"].get("native_r1/python_r1", float("nan"))
 
@@ -323,7 +340,7 @@ def main(argv=None) -> int:
           f"MiB/s (median):")
     for k, v in result["mb_s"].items():
         print(f"  {k:18s} {v:8.1f}   rounds: {' '.join(f'{x:.0f}' for x in result['samples'][k])}")
-    print("CPU ms per MiB (median; dd: its own user+system time; the floor: both its threads; the stores: client + every datanode):")
+    print("CPU ms per MiB (median; dd: its own user+system time; the floors: all their threads; the stores: client + every datanode):")
     for k, v in result["cpu_ms_per_mb"].items():
         print(f"  {k:18s} {v:8.2f}")
     print("ratios (median of per-round ratios):")

@@ -88,22 +88,26 @@ fn first_bad_chunk(py: Python<'_>, data: PyBuffer<u8>, sums: PyBuffer<u8>, bpc: 
     }
 }
 
-/// The block-write floor (`dfs_floor`): `total` bytes through a bare verifying pipeline into
-/// `directory`, `packet` data bytes a packet; returns (wall seconds, sender CPU seconds, receiver CPU
-/// seconds). Its files are removed before it returns.
+/// The block-write floor (`dfs_floor`): `total` bytes through a bare verifying pipeline of `replicas`
+/// receivers into `directory`, `packet` data bytes a packet; returns (wall seconds, sender CPU seconds,
+/// the receivers' CPU seconds). Its files are removed before it returns.
 #[pyfunction]
-#[pyo3(signature = (directory, total, packet=65536, bpc=512, checksum="crc32c", timeout=60.0))]
+#[pyo3(signature = (directory, total, packet=65536, bpc=512, checksum="crc32c", timeout=60.0, replicas=1))]
+#[allow(clippy::too_many_arguments)]
 fn block_write_floor(py: Python<'_>, directory: std::path::PathBuf, total: usize, packet: usize, bpc: usize,
-                     checksum: &str, timeout: f64) -> PyResult<(f64, f64, f64)> {
-    run_floor(py, crate::dfs_floor::write, "block-write", &directory, total, packet, bpc, checksum, timeout)
+                     checksum: &str, timeout: f64, replicas: usize) -> PyResult<(f64, f64, f64)> {
+    if !(1..=16).contains(&replicas) {
+        return Err(PyValueError::new_err(format!("the block-write floor takes 1 to 16 replicas, not {replicas}")));
+    }
+    run_floor(py, |d, t, p, b, k, w| crate::dfs_floor::write(d, t, p, b, k, replicas, w), "block-write",
+              &directory, total, packet, bpc, checksum, timeout)
 }
-
-type Floor = fn(&std::path::Path, usize, usize, usize, Kind, Duration) -> std::io::Result<crate::dfs_floor::Figures>;
 
 /// One floor run with its arguments checked, the GIL released; OSError naming the floor on failure.
 #[allow(clippy::too_many_arguments)]
-fn run_floor(py: Python<'_>, floor: Floor, name: &str, directory: &std::path::Path, total: usize, packet: usize,
-             bpc: usize, checksum: &str, timeout: f64) -> PyResult<(f64, f64, f64)> {
+fn run_floor<F>(py: Python<'_>, floor: F, name: &str, directory: &std::path::Path, total: usize, packet: usize,
+             bpc: usize, checksum: &str, timeout: f64) -> PyResult<(f64, f64, f64)>
+where F: Send + FnOnce(&std::path::Path, usize, usize, usize, Kind, Duration) -> std::io::Result<crate::dfs_floor::Figures> {
     let (k, bpc) = (kind(checksum)?, check_bpc(bpc)?);
     if total == 0 || packet == 0 || packet % bpc != 0 {
         return Err(PyValueError::new_err(format!(

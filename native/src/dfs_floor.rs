@@ -2,7 +2,8 @@
 //! this host with no protocol around it. One thread does what the client does per packet (copy the caller's bytes into
 //! the packet, a CRC per chunk beside them, one send over loopback tcp); another does what the tail
 //! datanode does (receive the packet whole, verify every chunk, write data and checksums to two files).
-//! No headers to parse, no acknowledgements, no window, no processes: the copies and checksum passes
+//! With more replicas the receivers form a chain, each but the last forwarding every packet before it
+//! verifies and writes it, as the datanodes of a write pipeline do. No headers to parse, no acknowledgements, no window, no processes: the copies and checksum passes
 //! the design cannot do without. `bench_blockstore.py` puts the block store between it and `dd`, so
 //! a short store says whether the stack or the design fell short.
 //!
@@ -84,34 +85,41 @@ fn pattern(packet: usize) -> Vec<u8> {
 }
 
 /// Writes `total` bytes through the floor pipeline into `dir`, `packet` data bytes per packet and a
-/// checksum per `bpc` bytes. The files are removed before it returns.
-pub fn write(dir: &Path, total: usize, packet: usize, bpc: usize, kind: Kind, timeout: Duration) -> io::Result<Figures> {
-    let (replica, mut data_file, mut meta_file) = Replica::create(dir)?;
-    let (sender, receiver) = loopback_pair(timeout)?;
+/// checksum per `bpc` bytes, to `replicas` receivers in a chain (1: the sender and the tail). Every
+/// receiver but the tail forwards each packet whole before it verifies and writes it, as a datanode
+/// in a write pipeline does (`dfs_wire::receive_packets`); each receiver is a thread of its own, as each
+/// datanode is a process. The files are removed before it returns.
+pub fn write(dir: &Path, total: usize, packet: usize, bpc: usize, kind: Kind, replicas: usize, timeout: Duration)
+             -> io::Result<Figures> {
+    if replicas == 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "the write floor needs at least one replica"));
+    }
+    let mut files = Vec::with_capacity(replicas);
+    for _ in 0..replicas {
+        files.push(Replica::create(dir)?);
+    }
+    let mut hops = Vec::with_capacity(replicas);
+    for _ in 0..replicas {
+        hops.push(loopback_pair(timeout)?);
+    }
+    // hop i carries packets from stage i-1 (0: the sender) to receiver i
+    let (sender, first) = hops.remove(0);
+    let mut inbound = vec![first];
+    let mut outbound = Vec::with_capacity(replicas - 1);
+    for (out, into) in hops {
+        outbound.push(out);
+        inbound.push(into);
+    }
+    let (mut kept, mut receivers) = (Vec::with_capacity(replicas), Vec::with_capacity(replicas));
+    let mut downstream = outbound.into_iter();
     let start = Instant::now();
-    let tail = std::thread::Builder::new().name("hpcnet-write-floor".into()).spawn(move || -> io::Result<f64> {
-        let cpu0 = thread_cpu();
-        let mut conn = receiver;
-        let mut buf = Vec::new();
-        let mut left = total;
-        while left > 0 {
-            // received as the datanode receives a packet (`dfs_wire::read_frame`)
-            let data_len = packet.min(left);
-            let sums_len = 4 * data_len.div_ceil(bpc);
-            let n = dfs_wire::read_frame(&mut conn, &mut buf, sums_len + data_len)
-                .map_err(|e| io::Error::other(e.describe()))?;
-            if n != sums_len + data_len {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a {n}-byte packet, expected {}", sums_len + data_len)));
-            }
-            let (sums, data) = buf[4..].split_at(sums_len);
-            checksum::verify(kind, data, sums, bpc)
-                .map_err(|m| io::Error::new(io::ErrorKind::InvalidData, format!("checksum mismatch: {m:?}")))?;
-            data_file.write_all(data)?;
-            meta_file.write_all(sums)?;
-            left -= data_len;
-        }
-        Ok(thread_cpu() - cpu0)
-    })?;
+    for (i, (conn, (replica, data_file, meta_file))) in inbound.into_iter().zip(files).enumerate() {
+        kept.push(replica);
+        let down = downstream.next();
+        receivers.push(std::thread::Builder::new().name(format!("hpcnet-write-floor-{i}")).spawn(move || {
+            receive(conn, down, data_file, meta_file, total, packet, bpc, kind)
+        })?);
+    }
     let cpu0 = thread_cpu();
     let sent = (|| -> io::Result<()> {
         let source = pattern(packet);
@@ -131,21 +139,57 @@ pub fn write(dir: &Path, total: usize, packet: usize, bpc: usize, kind: Kind, ti
         }
         Ok(())
     })();
-    conclude(sent, thread_cpu() - cpu0, &sender, tail, start, replica)
+    conclude(sent, thread_cpu() - cpu0, &sender, receivers, start, kept)
 }
 
-/// The end of a floor run: the receiving thread joined (woken by a shutdown when the sender failed),
-/// the replica removed, and the figures, or the first error.
-fn conclude(sent: io::Result<()>, sender_cpu: f64, sender: &TcpStream, receiver: std::thread::JoinHandle<io::Result<f64>>,
-            start: Instant, replica: Replica) -> io::Result<Figures> {
+/// One receiver of the write floor: what a datanode does per packet (receive it whole, forward it
+/// when a downstream follows, verify every chunk, write data and checksums); its CPU seconds.
+#[allow(clippy::too_many_arguments)]
+fn receive(mut conn: TcpStream, mut down: Option<TcpStream>, mut data_file: File, mut meta_file: File, total: usize,
+           packet: usize, bpc: usize, kind: Kind) -> io::Result<f64> {
+    let cpu0 = thread_cpu();
+    let mut buf = Vec::new();
+    let mut left = total;
+    while left > 0 {
+        let data_len = packet.min(left);
+        let sums_len = 4 * data_len.div_ceil(bpc);
+        let n = dfs_wire::read_frame(&mut conn, &mut buf, sums_len + data_len)
+            .map_err(|e| io::Error::other(e.describe()))?;
+        if n != sums_len + data_len {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a {n}-byte packet, expected {}", sums_len + data_len)));
+        }
+        if let Some(d) = down.as_mut() {
+            d.write_all(&buf[..4 + n])?;
+        }
+        let (sums, data) = buf[4..4 + n].split_at(sums_len);
+        checksum::verify(kind, data, sums, bpc)
+            .map_err(|m| io::Error::new(io::ErrorKind::InvalidData, format!("checksum mismatch: {m:?}")))?;
+        data_file.write_all(data)?;
+        meta_file.write_all(sums)?;
+        left -= data_len;
+    }
+    Ok(thread_cpu() - cpu0)
+}
+
+/// The end of a floor run: the receiving threads joined (woken by a shutdown when the sender failed;
+/// a receiver that fails drops its sockets, which ends its neighbours' waits), the replicas removed,
+/// and the figures (the receivers' CPU summed), or the first error.
+fn conclude(sent: io::Result<()>, sender_cpu: f64, sender: &TcpStream, receivers: Vec<std::thread::JoinHandle<io::Result<f64>>>,
+            start: Instant, replicas: Vec<Replica>) -> io::Result<Figures> {
     if sent.is_err() {
         let _ = sender.shutdown(Shutdown::Both);
     }
-    let received = receiver.join().map_err(|_| io::Error::other("the receiving thread panicked"))?;
+    let received: Vec<io::Result<f64>> = receivers.into_iter()
+        .map(|r| r.join().unwrap_or_else(|_| Err(io::Error::other("a receiving thread panicked"))))
+        .collect();
     let seconds = start.elapsed().as_secs_f64();
-    drop(replica);
+    drop(replicas);
     sent?;
-    Ok(Figures { seconds, sender_cpu, receiver_cpu: received? })
+    let mut receiver_cpu = 0.0;
+    for r in received {
+        receiver_cpu += r?;
+    }
+    Ok(Figures { seconds, sender_cpu, receiver_cpu })
 }
 
 /// Reads `total` bytes of a replica in `dir` through the read floor, `packet` data bytes per packet
@@ -202,7 +246,7 @@ pub fn read(dir: &Path, total: usize, packet: usize, bpc: usize, kind: Kind, tim
         }
         Ok(())
     })();
-    conclude(sent, thread_cpu() - cpu0, &sender, client, start, replica)
+    conclude(sent, thread_cpu() - cpu0, &sender, vec![client], start, vec![replica])
 }
 
 #[cfg(test)]
@@ -213,9 +257,45 @@ mod tests {
     fn the_floor_runs_to_the_end_and_keeps_nothing() {
         let dir = std::env::temp_dir().join(format!("hpcnet-floor-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let f = write(&dir, 3 * 65536 + 1000, 65536, 512, Kind::Crc32c, Duration::from_secs(10)).unwrap();
+        let f = write(&dir, 3 * 65536 + 1000, 65536, 512, Kind::Crc32c, 1, Duration::from_secs(10)).unwrap();
         assert!(f.seconds > 0.0 && f.sender_cpu >= 0.0 && f.receiver_cpu >= 0.0);
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_chain_of_three_writes_three_replicas_and_keeps_nothing() {
+        let dir = std::env::temp_dir().join(format!("hpcnet-floor-chain-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = write(&dir, 5 * 65536 + 512, 65536, 512, Kind::Crc32c, 3, Duration::from_secs(10)).unwrap();
+        assert!(f.seconds > 0.0 && f.receiver_cpu >= 0.0);
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        assert!(write(&dir, 512, 512, 512, Kind::Crc32c, 0, Duration::from_secs(1)).is_err());
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_receiver_forwards_a_packet_before_it_finds_it_corrupt_and_then_stops() {
+        let dir = std::env::temp_dir().join(format!("hpcnet-floor-corrupt-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (replica, data_file, meta_file) = Replica::create(&dir).unwrap();
+        let (mut up, conn) = loopback_pair(Duration::from_secs(10)).unwrap();
+        let (out, mut down) = loopback_pair(Duration::from_secs(10)).unwrap();
+        let data = pattern(1024);
+        let mut frame = vec![0; 4];
+        checksum::sums_into(Kind::Crc32c, &data, 512, &mut frame);
+        frame.extend_from_slice(&data);
+        let n = (frame.len() - 4) as u32;
+        frame[..4].copy_from_slice(&n.to_be_bytes());
+        *frame.last_mut().unwrap() ^= 1;
+        up.write_all(&frame).unwrap();
+        let e = receive(conn, Some(out), data_file, meta_file, 1024, 1024, 512, Kind::Crc32c).unwrap_err();
+        assert!(e.to_string().contains("checksum mismatch"), "{e}");
+        let mut forwarded = Vec::new();
+        down.read_to_end(&mut forwarded).unwrap();
+        assert_eq!(forwarded, frame);
+        assert_eq!(std::fs::metadata(&replica.paths[0]).unwrap().len(), 0);
+        drop(replica);
         std::fs::remove_dir(&dir).unwrap();
     }
 
@@ -231,7 +311,7 @@ mod tests {
 
     #[test]
     fn a_missing_directory_is_one_error_naming_it() {
-        let e = write(Path::new("/nonexistent/hpcnet"), 1000, 512, 512, Kind::Crc32c, Duration::from_secs(1))
+        let e = write(Path::new("/nonexistent/hpcnet"), 1000, 512, 512, Kind::Crc32c, 1, Duration::from_secs(1))
             .err().unwrap();
         assert!(e.to_string().starts_with("/nonexistent/hpcnet/hpcnet-write-floor-"), "{e}");
     }

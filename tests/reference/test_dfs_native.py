@@ -74,13 +74,20 @@ def test_the_crc32c_instruction_floor_computes_the_same_sums(size):
 @pytest.mark.parametrize("which", ["write", "read"])
 def test_the_block_floors_run_through_and_keep_nothing(tmp_path, which):
     """bench_blockstore.py's floors: every byte through a verifying loopback pipeline (into the
-    directory, or out of a replica the read floor writes there first), figures for both threads, and no
-    file left behind; bad input is one line each."""
+    directory, to one receiver or a chain of three, or out of a replica the read floor writes there
+    first), figures for both sides, and no file left behind; bad input is one line each."""
     floor = getattr(native.core, f"block_{which}_floor")
     seconds, sender, receiver = floor(str(tmp_path), 3 * 65536 + 1000)
     assert seconds > 0 and sender >= 0 and receiver >= 0
     assert list(tmp_path.iterdir()) == []
     floor(str(tmp_path), 5000, 1024, 512, "crc32")
+    if which == "write":     # three receivers in a chain, as the datanodes of a replication-3 pipeline
+        seconds, sender, receivers = floor(str(tmp_path), 3 * 65536 + 1000, replicas=3)
+        assert seconds > 0 and sender >= 0 and receivers >= 0
+        assert list(tmp_path.iterdir()) == []
+        for replicas in (0, 17):
+            with pytest.raises(ValueError, match=f"takes 1 to 16 replicas, not {replicas}"):
+                floor(str(tmp_path), 1000, replicas=replicas)
     for args, error, match in [((str(tmp_path), 0), ValueError, "needs bytes"),
                                ((str(tmp_path), 10, 0), ValueError, "needs bytes"),
                                ((str(tmp_path), 10, 700), ValueError, "packet of whole chunks"),
