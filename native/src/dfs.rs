@@ -6,8 +6,8 @@
 //! replica final. It then hands the connections and files to a `BlockStream`, which runs the
 //! per-packet work with the GIL released: `receive()` (this thread) reads, forwards, verifies and
 //! writes packets (`dfs_wire::receive_packets`); at a middle node a responder thread relays the
-//! downstream's acknowledgements upstream, and the tail acknowledges from this thread (`TailAcks`). The connections are tcp sockets or native verbs ends (`link.rs`). The
-//! wire format is the Python datanode's, so native and Python stages mix in one pipeline.
+//! downstream's acknowledgements upstream, and the tail acknowledges from this thread (`TailAcks`).
+//! The connections are tcp sockets or native verbs ends (`link.rs`). The wire format is the Python datanode's, so native and Python stages mix in one pipeline.
 
 use std::fs::File;
 use std::io::{BufReader, Write};
@@ -213,9 +213,9 @@ impl PyBlockStream {
         let stage = Stage { kind: self.kind, bpc: self.bpc, index: self.index, offset: self.offset, label: &self.label };
         let (end, length) = match down {
             None => {
-                let tail_up = up_writer.try_clone().map_err(|e| PyOSError::new_err(format!("{}: {e}", self.label)))?;
-                *self.tail_up.lock().unwrap() = Some(tail_up);
-                py.allow_threads(|| self.receive_as_tail(&stage, up, up_writer, &mut data, &mut meta))
+                let (result, up_writer) = py.allow_threads(|| self.receive_as_tail(&stage, up, up_writer, &mut data, &mut meta));
+                *self.tail_up.lock().unwrap() = Some(up_writer);   // for the last packet's ack (`finish`)
+                result
             }
             Some(d) => {
                 let (tx, rx) = channel();
@@ -228,18 +228,9 @@ impl PyBlockStream {
                 *self.responder.lock().unwrap() = Some(handle);
                 *self.acks.lock().unwrap() = Some(tx.clone());
                 let mut down_writer = d;
-                py.allow_threads(|| {
-                    let mut buf = Vec::new();
-                    let mut send = |a: Ack| {
-                        let _ = tx.send(a);
-                    };
-                    let mut data_w = WriteThrough::new(&mut data, self.offset, self.sync_behind);
-                    let mut meta_w = WriteThrough::new(&mut meta, 0, 0);
-                    // buffered: a read() system call takes several packets' bytes at once
-                    let mut reader = BufReader::with_capacity(RECV_BUFFER, std::io::Read::chain(self.prefix.as_slice(), &mut up));
-                    dfs_wire::receive_packets(&stage, &mut reader, Some(&mut down_writer), &mut data_w, &mut meta_w,
-                                              &mut send, &mut buf)
-                })
+                py.allow_threads(|| self.pump(&stage, &mut up, Some(&mut down_writer), &mut data, &mut meta, &mut |a: Ack| {
+                    let _ = tx.send(a);
+                }))
             }
         };
         Ok(match end {
@@ -298,18 +289,25 @@ impl PyBlockStream {
     /// acks of packets that arrived together leave together, as the responder's do, and the thread
     /// never waits with an acknowledgement unsent. Why: a handoff per packet cost the tail a thread
     /// wake-up and two context switches, as much as its own work on a two-core host.
-    fn receive_as_tail(&self, stage: &Stage, mut up: Link, up_writer: Link, data: &mut File, meta: &mut File) -> (End, u64) {
+    /// Returns the stream's end and the way upstream, kept for the last packet's acknowledgement.
+    fn receive_as_tail(&self, stage: &Stage, mut up: Link, up_writer: Link, data: &mut File, meta: &mut File)
+                       -> ((End, u64), Link) {
         let acks = std::cell::RefCell::new(TailAcks { up: up_writer, out: Vec::new(), broken: false });
-        let mut buf = Vec::new();
-        let mut send = |a: Ack| acks.borrow_mut().queue(a);
+        let upstream = FlushFirst { inner: &mut up, acks: &acks };
+        let result = self.pump(stage, upstream, None, data, meta, &mut |a: Ack| acks.borrow_mut().queue(a));
+        let mut acks = acks.into_inner();
+        acks.flush();
+        (result, acks.up)
+    }
+
+    /// The packet loop over `up` (after the bytes the caller's connection read past its last message),
+    /// buffered so that one read() system call takes several packets' bytes at once.
+    fn pump<R: std::io::Read>(&self, stage: &Stage, up: R, down: Option<&mut Link>, data: &mut File, meta: &mut File,
+                              acks: &mut dyn FnMut(Ack)) -> (End, u64) {
         let mut data_w = WriteThrough::new(data, self.offset, self.sync_behind);
         let mut meta_w = WriteThrough::new(meta, 0, 0);
-        let upstream = FlushFirst { inner: &mut up, acks: &acks };
-        let mut reader = BufReader::with_capacity(RECV_BUFFER, std::io::Read::chain(self.prefix.as_slice(), upstream));
-        let result = dfs_wire::receive_packets(stage, &mut reader, None::<&mut Link>, &mut data_w, &mut meta_w,
-                                               &mut send, &mut buf);
-        acks.borrow_mut().flush();
-        result
+        let mut reader = BufReader::with_capacity(RECV_BUFFER, std::io::Read::chain(self.prefix.as_slice(), up));
+        dfs_wire::receive_packets(stage, &mut reader, down, &mut data_w, &mut meta_w, acks, &mut Vec::new())
     }
 }
 
