@@ -22,8 +22,8 @@ use crate::checksum::Kind;
 use crate::dfs_wire;
 use crate::link::Link;
 
-/// How many acknowledged packets' buffers a writer keeps for reuse: a window's worth covers a steady
-/// write (the default window is 16).
+/// How many acknowledged packets' buffers a writer keeps for reuse: two windows' worth (the pipeline's
+/// is 8), more than a steady write needs.
 const SPARE_FRAMES: usize = 16;
 
 struct Pending {
@@ -163,7 +163,7 @@ impl PyPacketWriter {
     /// (duplicated; the caller keeps its own) or a native `VerbsConnection` (shared; the caller closes
     /// it); `acked`: the block's bytes every node already has.
     #[new]
-    #[pyo3(signature = (sock, bpc, checksum, acked, peer, window=16, ack_timeout=60.0))]
+    #[pyo3(signature = (sock, bpc, checksum, acked, peer, window=8, ack_timeout=60.0))]
     #[allow(clippy::too_many_arguments)]
     fn new(sock: &Bound<'_, PyAny>, bpc: usize, checksum: &str, acked: u64, peer: String, window: usize,
            ack_timeout: f64) -> PyResult<Self> {
