@@ -40,6 +40,9 @@ core's block-read floor (``block_read_floor``: checksums and ``sendfile`` one wa
 receive into one buffer and verify the other, no protocol), so native_read/read_floor is what the
 stack costs over its design.
 
+``--windows 16 32`` adds the native tcp store with that many packets in flight (``native_r1_w16``
+...; the pipeline's own is ``pipeline.WINDOW``, 8), in the same rounds as the default.
+
 asv: ``BlockStoreWrite.track_*`` (the ratios, one run each; ``track_native_r1_vs_dd_synced`` the
 replication-1 goal with both sides synced on close).
 """
@@ -60,6 +63,7 @@ from pathlib import Path
 
 from pytest_hpcnet import cluster as clusters
 from pytest_hpcnet.reference import native
+from pytest_hpcnet.reference.dfs import pipeline
 from pytest_hpcnet.reference.dfs.store import BlockStore
 from pytest_hpcnet.reference.dfs.wire import PACKET_SIZE
 from pytest_hpcnet.workloads.dfsio.pipeline_cost import datanode_cpu_s, datanode_cpu_since, read_cost
@@ -175,7 +179,17 @@ def _write_once(store: BlockStore, size_mb: int, path: str, impl: str) -> None:
             out.write(data[:min(left, BUFFER)])
 
 
-def compare(size_mb: int, rounds: int, directory: Path | None, transports=("tcp",), fsync: bool = False) -> dict:
+def with_window(window: int, fn, *args):
+    """``fn(*args)`` with block-store clients keeping ``window`` packets in flight (``pipeline.WINDOW``)."""
+    saved, pipeline.WINDOW = pipeline.WINDOW, window
+    try:
+        return fn(*args)
+    finally:
+        pipeline.WINDOW = saved
+
+
+def compare(size_mb: int, rounds: int, directory: Path | None, transports=("tcp",), fsync: bool = False,
+            windows=()) -> dict:
     root = Path(tempfile.mkdtemp(prefix="hpcnet-bench-blockstore-", dir=directory))
     samples: dict[str, list[float]] = {}
     impls = ["native", "python"] if native.AVAILABLE else ["python"]
@@ -203,6 +217,9 @@ def compare(size_mb: int, rounds: int, directory: Path | None, transports=("tcp"
                     for r in (1, 3):
                         writers[f"{name}_r{r}"] = (lambda s=stores[name], i=impl, r=r:
                                                    store_mb_s(s, size_mb, r, f"/bench/r{r}", i))
+                        for w in (windows if name == "native" else ()):
+                            writers[f"native_r{r}_w{w}"] = (lambda s=stores[name], r=r, w=w: with_window(
+                                w, store_mb_s, s, size_mb, r, f"/bench/r{r}", "native"))
                     _write_once(stores[name], size_mb, "/bench/read", impl)
                     writers[f"{name}_read"] = (lambda s=stores[name], i=impl:
                                                store_read_mb_s(s, size_mb, "/bench/read", i))
@@ -236,6 +253,11 @@ def compare(size_mb: int, rounds: int, directory: Path | None, transports=("tcp"
         ratios["native_r3/floor_r3"] = statistics.median(
             a / b for a, b in zip(samples["native_r3"], samples["floor_r3"]))
         ratios["floor_r3/floor"] = statistics.median(a / b for a, b in zip(samples["floor_r3"], samples["floor"]))
+    for w in windows:
+        for r in (1, 3):
+            if f"native_r{r}_w{w}" in samples:
+                ratios[f"native_r{r}_w{w}/native_r{r}"] = statistics.median(
+                    a / b for a, b in zip(samples[f"native_r{r}_w{w}"], samples[f"native_r{r}"]))
     for impl in impls:
         ratios[f"{impl}_read/dd_read"] = statistics.median(
             a / b for a, b in zip(samples[f"{impl}_read"], samples["dd_read"]))
@@ -326,7 +348,11 @@ def main(argv=None) -> int:
                    help="the stores' transports (tcp always; verbs needs an RDMA device)")
     p.add_argument("--fsync", action="store_true",
                    help="writes reach the disk: datanodes sync each replica before its last ack, dd conv=fsync")
+    p.add_argument("--windows", nargs="+", type=int, default=[], metavar="N",
+                   help=f"also the native tcp store with N packets in flight (the pipeline keeps {pipeline.WINDOW})")
     args = p.parse_args(argv)
+    if any(w < 1 for w in args.windows):
+        p.error("--windows: a window is at least 1 packet")
     sums = checksum_gb_s()
     print("checksums in 512-byte chunks, GB/s (10^9 B/s): wall clock, and per CPU second of this thread:")
     for k, (wall, cpu) in sums.items():
@@ -339,7 +365,7 @@ def main(argv=None) -> int:
     if args.skip_store:
         return 0
     result = compare(args.size_mb, args.rounds, args.dir, tuple(dict.fromkeys(["tcp", *args.transports])),
-                     fsync=args.fsync)
+                     fsync=args.fsync, windows=tuple(dict.fromkeys(args.windows)))
     policy = ("synced on close (datanodes --sync-on-close, dd conv=fsync)" if args.fsync
               else "left in the page cache (no fsync, datanodes or dd)")
     print(f"\nwrites and reads of {args.size_mb} MiB, {args.rounds} interleaved rounds, writes {policy}, "
