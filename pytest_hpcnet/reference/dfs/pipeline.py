@@ -25,8 +25,9 @@ from .wire import MAX_MESSAGE, chunk_crcs, decode, encode
 # Packets in flight per pipeline (HDFS's dfs.client.write.max-packets-in-flight, 80 there). 8 x 64 KiB
 # rather than 16: the native store at replication 3 then wrote 547 MiB/s at 2.74 CPU ms per MiB against
 # 432 at 3.61 with 16, windows taking turns in one process over 8 rounds of 128 MiB on a 2-core host
-# (r1 unchanged: 1838 against 1827 MiB/s; 12 and 32 behaved like 16). A window still covers a LAN
-# fabric's bandwidth-delay product: 512 KiB is 40 us at 100 Gb/s.
+# (r1 unchanged: 1838 against 1827 MiB/s; 12 and 32 behaved like 16; `python benchmarks/bench_blockstore.py
+# --windows 16` compares them). A window still covers a LAN fabric's bandwidth-delay product: 512 KiB is
+# 40 us at 100 Gb/s.
 WINDOW = 8
 ACK_TIMEOUT = 60.0
 
