@@ -48,7 +48,7 @@ from pytest_hpcnet_native import _native
 host, floor_port, rpc_port, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 pingpong = _native.verbs_pingpong(host, floor_port, size, 600, 50)
 client = NativeRpcClient((host, rpc_port), transport="verbs")
-echo = client._c.echo_samples(size, 200, 50)
+echo = client.echo_samples(size, 200, 50)
 client.close()
 print(json.dumps([statistics.median(pingpong), statistics.median(echo)]))
 """

@@ -7,7 +7,8 @@
 //! per-packet work with the GIL released: `receive()` (this thread) reads, forwards, verifies and
 //! writes packets (`dfs_wire::receive_packets`); at a middle node a responder thread relays the
 //! downstream's acknowledgements upstream, and the tail acknowledges from this thread (`TailAcks`).
-//! The connections are tcp sockets or native verbs ends (`link.rs`). The wire format is the Python datanode's, so native and Python stages mix in one pipeline.
+//! The connections are tcp sockets or native verbs ends (`link.rs`). The wire format is the Python
+//! datanode's, so native and Python stages mix in one pipeline.
 
 use std::fs::File;
 use std::io::{BufReader, Write};
@@ -148,9 +149,9 @@ struct PyBlockStream {
     streams: Mutex<Option<Streams>>,
     acks: Mutex<Option<Sender<Ack>>>,
     responder: Mutex<Option<JoinHandle<()>>>,
-    /// The tail's way upstream, for the last packet's acknowledgement (`finish`): a tail has no
-    /// responder thread (see `TailAcks`).
-    tail_up: Mutex<Option<Link>>,
+    /// The tail's acknowledgements, kept for the last packet's (`finish`): a tail has no responder
+    /// thread (see `TailAcks`).
+    tail_acks: Mutex<Option<TailAcks>>,
     down_shutdown: Mutex<Option<Link>>,
     kind: Kind,
     bpc: usize,
@@ -196,7 +197,7 @@ impl PyBlockStream {
             streams: Mutex::new(Some(Streams { up: up_stream, down: down_stream, data, meta })),
             acks: Mutex::new(None),
             responder: Mutex::new(None),
-            tail_up: Mutex::new(None),
+            tail_acks: Mutex::new(None),
             down_shutdown: Mutex::new(down_shutdown),
             kind: k, bpc, index, offset, label, prefix: prefix.to_vec(), sync_behind,
         })
@@ -213,8 +214,8 @@ impl PyBlockStream {
         let stage = Stage { kind: self.kind, bpc: self.bpc, index: self.index, offset: self.offset, label: &self.label };
         let (end, length) = match down {
             None => {
-                let (result, up_writer) = py.allow_threads(|| self.receive_as_tail(&stage, up, up_writer, &mut data, &mut meta));
-                *self.tail_up.lock().unwrap() = Some(up_writer);   // for the last packet's ack (`finish`)
+                let (result, acks) = py.allow_threads(|| self.receive_as_tail(&stage, up, up_writer, &mut data, &mut meta));
+                *self.tail_acks.lock().unwrap() = Some(acks);   // for the last packet's ack (`finish`)
                 result
             }
             Some(d) => {
@@ -249,9 +250,10 @@ impl PyBlockStream {
     /// holds is closed.
     #[pyo3(signature = (last_seq=None, timeout=60.0, abort=false))]
     fn finish(&self, py: Python<'_>, last_seq: Option<i64>, timeout: f64, abort: bool) {
-        let tail_up = self.tail_up.lock().unwrap().take();
-        if let (Some(mut up), Some(seq)) = (tail_up, last_seq) {
-            let _ = py.allow_threads(|| up.write_all(&dfs_wire::ok_ack(seq)));
+        let tail_acks = self.tail_acks.lock().unwrap().take();
+        if let (Some(mut acks), Some(seq)) = (tail_acks, last_seq) {
+            acks.queue(Ack::Ok { seq, last: true });
+            py.allow_threads(|| acks.flush());
         }
         let tx = self.acks.lock().unwrap().take();
         if let Some(tx) = tx {
@@ -289,15 +291,15 @@ impl PyBlockStream {
     /// acks of packets that arrived together leave together, as the responder's do, and the thread
     /// never waits with an acknowledgement unsent. Why: a handoff per packet cost the tail a thread
     /// wake-up and two context switches, as much as its own work on a two-core host.
-    /// Returns the stream's end and the way upstream, kept for the last packet's acknowledgement.
+    /// Returns the stream's end and the acknowledgements' way upstream, kept for the last packet's.
     fn receive_as_tail(&self, stage: &Stage, mut up: Link, up_writer: Link, data: &mut File, meta: &mut File)
-                       -> ((End, u64), Link) {
+                       -> ((End, u64), TailAcks) {
         let acks = std::cell::RefCell::new(TailAcks { up: up_writer, out: Vec::new(), broken: false });
         let upstream = FlushFirst { inner: &mut up, acks: &acks };
         let result = self.pump(stage, upstream, None, data, meta, &mut |a: Ack| acks.borrow_mut().queue(a));
         let mut acks = acks.into_inner();
         acks.flush();
-        (result, acks.up)
+        (result, acks)
     }
 
     /// The packet loop over `up` (after the bytes the caller's connection read past its last message),
