@@ -219,7 +219,7 @@ CANARY_TESTS ?= suites/rpc/test_performance.py::test_pooled_buffers_allocate_and
                 suites/rpc/test_performance.py::test_interleaved_echo_cost \
                 suites/mapreduce/test_performance.py::test_native_merge_cost \
                 suites/dfsio/test_performance.py::test_checksum_cpu_native_crc32c_vs_instruction_floor \
-                suites/dfsio/test_performance.py::test_blockstore_cpu_native_r1_vs_floor \
+                suites/dfsio/test_performance.py::test_blockstore_read_cpu_native_vs_floor \
                 suites/dfsio/test_performance.py::test_blockstore_read_client_cpu_native_vs_python
 canary: setup
 	@$(PY) -m pytest $(CANARY_TESTS) -p no:cacheprovider -q --hpcnet-canary=$(CANARY) \
