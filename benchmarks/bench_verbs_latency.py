@@ -6,7 +6,11 @@ Each round, A and B in turn (A first in even rounds): a fresh server process (th
 ping-pong floor and a native RPC server answering its built-in echo) and a fresh client process (600
 ping-pongs, then 200 echo calls, of 64 B, after 50 of each not counted), reporting each median round
 trip; then perftest's ``ib_send_lat`` (2 bytes, typical one-way x 2), whose round trips just before and
-after the round (geometric mean) are that round's reference. One round of both, first, is not counted
+after the round (geometric mean) are that round's reference. Beside it, once a round, ``ib_send_lat``
+with the ping-pong's own message (``--wire-ref``, default the 64 B plus the floor's 4-byte length and
+the transport's 16-byte header: 84 B): what the device costs for the bytes our messages carry, so the
+ping-pong over it is the endpoint's own share (under TCG rxe's per-message cost grows with the first
+tens of bytes: 2 B and 84 B differ by about a quarter, 84 B and 144 B by a few per cent). One round of both, first, is not counted
 (fresh processes' first native calls ran slow in the guest). A is the environment as it is; B adds
 ``--b-env NAME=VALUE`` settings (the end's knobs: HPCNET_VERBS_SPIN_US, HPCNET_VERBS_YIELD_US,
 HPCNET_VERBS_INLINE) and ``--b-core DIR``, a directory holding another build of ``pytest_hpcnet_native``
@@ -18,6 +22,7 @@ HPCNET_VERBS_INLINE) and ``--b-core DIR``, a directory holding another build of 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -83,14 +88,19 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--b-env", nargs="*", default=[], metavar="NAME=VALUE")
     p.add_argument("--b-core", type=Path, help="a directory holding another build of pytest_hpcnet_native")
+    p.add_argument("--wire-ref", type=int, default=None, metavar="BYTES",
+                   help="ib_send_lat's size for the same-bytes reference (default: the ping-pong's message)")
     args = p.parse_args(argv)
     bad = [kv for kv in args.b_env if "=" not in kv]
     if bad or args.rounds < 1:
         p.error(f"--b-env takes NAME=VALUE, got {bad}" if bad else "--rounds: at least 1")
+    if args.wire_ref is not None and args.wire_ref < 1:
+        p.error("--wire-ref: at least 1 byte")
     if args.b_core and not (args.b_core / "pytest_hpcnet_native").is_dir():
         p.error(f"--b-core: no pytest_hpcnet_native under {args.b_core}")
     from pytest_hpcnet.reference import native
     from pytest_hpcnet.reference.transport.verbs.loader import VerbsUnavailable, rdma_host
+    from pytest_hpcnet.reference.transport.verbs.wire import HDR
     why = native.WHY_NOT if not native.AVAILABLE else native.core.verbs_unavailable()
     try:
         host = rdma_host("127.0.0.1")
@@ -104,9 +114,12 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as root, clusters.open("local:1", Path(root)) as (cluster, launchers):
         node = cluster.nodes[0]
 
-        def device_rtt() -> float:
+        wire = args.wire_ref or SIZE + 4 + HDR.size
+
+        def device_rtt(size: int | None = None) -> float:
+            tool = TOOLS["ib_send_lat"] if size is None else dataclasses.replace(TOOLS["ib_send_lat"], size=size)
             try:
-                return 2 * run_tool(launchers, node, node, TOOLS["ib_send_lat"], host)
+                return 2 * run_tool(launchers, node, node, tool, host)
             except ToolError as e:
                 sys.exit(f"bench_verbs_latency: {e}")
 
@@ -117,19 +130,22 @@ def main(argv=None) -> int:
             got = {side: one_side(host, envs[side]) for side in ("AB" if r % 2 == 0 else "BA")}
             after = device_rtt()
             ref = (before * after) ** 0.5
-            rows.append((ref, got))
-            print(f"round {r}: ib_send_lat RTT {ref:.1f} us; " + "; ".join(
+            same = device_rtt(wire)
+            rows.append((ref, got, same))
+            print(f"round {r}: ib_send_lat RTT {ref:.1f} us ({wire} B: {same:.1f} us); " + "; ".join(
                 f"{s} ping-pong {pp:.1f} us, RPC {rpc:.1f} us ({rpc / ref:.2f}x)" for s, (pp, rpc) in sorted(got.items())),
                 flush=True)
             before = after
     print(f"B: {' '.join(args.b_env) or '-'}{f' core {args.b_core}' if args.b_core else ''}; "
           f"medians over {args.rounds} rounds (x: over that round's ib_send_lat RTT; goal for the RPC <= 1.5x):")
+    print(f"  ib_send_lat at {wire} B over 2 B: {statistics.median(s / ref for ref, _, s in rows):.2f}x")
     for side in "AB":
-        pp = [g[side][0] for _, g in rows]
-        rpc = [g[side][1] for _, g in rows]
-        print(f"  {side}: ping-pong {statistics.median(pp):.1f} us ({statistics.median(x / ref for x, (ref, _) in zip(pp, rows)):.2f}x), "
-              f"RPC {statistics.median(rpc):.1f} us ({statistics.median(x / ref for x, (ref, _) in zip(rpc, rows)):.2f}x)")
-    wins = sum(g["B"][1] < g["A"][1] for _, g in rows)
+        pp = [g[side][0] for _, g, _ in rows]
+        rpc = [g[side][1] for _, g, _ in rows]
+        print(f"  {side}: ping-pong {statistics.median(pp):.1f} us ({statistics.median(x / ref for x, (ref, _, _) in zip(pp, rows)):.2f}x; "
+              f"{statistics.median(x / s for x, (_, _, s) in zip(pp, rows)):.2f}x the device at {wire} B), "
+              f"RPC {statistics.median(rpc):.1f} us ({statistics.median(x / ref for x, (ref, _, _) in zip(rpc, rows)):.2f}x)")
+    wins = sum(g["B"][1] < g["A"][1] for _, g, _ in rows)
     print(f"  B's RPC faster than A's in {wins} of {args.rounds} rounds")
     return 0
 
