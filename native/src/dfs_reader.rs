@@ -220,14 +220,6 @@ fn failure_tuple(f: ReadFailure) -> (&'static str, String) {
     }
 }
 
-fn writable<'a>(into: &'a PyBuffer<u8>) -> PyResult<&'a mut [u8]> {
-    if into.readonly() || !into.is_c_contiguous() {
-        return Err(PyValueError::new_err("into must be a writable contiguous buffer"));
-    }
-    // SAFETY: a writable C-contiguous byte buffer, exported (alive, unresized) while `into` lives.
-    Ok(unsafe { std::slice::from_raw_parts_mut(into.buf_ptr() as *mut u8, into.len_bytes()) })
-}
-
 fn seconds(timeout: f64) -> PyResult<Duration> {
     Duration::try_from_secs_f64(timeout).map_err(|_| PyValueError::new_err(format!("bad timeout {timeout}")))
 }
@@ -238,10 +230,10 @@ fn seconds(timeout: f64) -> PyResult<Duration> {
 /// `refused` (the datanode's error; the connection is in step), `checksum` or `broken` (it is not).
 #[pyfunction]
 #[pyo3(signature = (endpoint, into, offset, label, timeout=60.0))]
-fn read_block_into(py: Python<'_>, endpoint: &Bound<'_, PyAny>, into: PyBuffer<u8>, offset: u64, label: String,
-                   timeout: f64) -> PyResult<Option<(&'static str, String)>> {
+fn read_block_into(py: Python<'_>, endpoint: &Bound<'_, PyAny>, mut into: PyBuffer<u8>, offset: u64,
+                   label: String, timeout: f64) -> PyResult<Option<(&'static str, String)>> {
     let mut link = Link::from_python(endpoint, seconds(timeout)?)?;
-    let target = writable(&into)?;
+    let target = crate::pybuf::contiguous_mut(&mut into, "into")?;
     let result = py.allow_threads(move || read_range(&mut link, target, offset, &label));
     Ok(result.err().map(failure_tuple))
 }
@@ -267,8 +259,8 @@ impl PyBlockReader {
     /// Fill `into` with the next bytes: `(count, None)`, a short count only at the reply's end; or
     /// `(count, (kind, reason))` when the reply failed after `count` good bytes (kinds as
     /// `read_block_into`'s).
-    fn readinto(&self, py: Python<'_>, into: PyBuffer<u8>) -> PyResult<(usize, Option<(&'static str, String)>)> {
-        let target = writable(&into)?;
+    fn readinto(&self, py: Python<'_>, mut into: PyBuffer<u8>) -> PyResult<(usize, Option<(&'static str, String)>)> {
+        let target = crate::pybuf::contiguous_mut(&mut into, "into")?;
         py.allow_threads(|| {
             let mut guard = self.state.lock().unwrap();
             let (link, stream, failed) = &mut *guard;

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import struct
 import time
 import zlib
@@ -116,6 +117,22 @@ def test_verify_names_the_first_bad_chunk_in_one_line(impl):
     with pytest.raises(ChecksumError):                         # CRC32 sums are not CRC32C sums
         checksums.verify(bytes(data), checksums.chunk_sums(bytes(data), 512, "crc32", impl=impl), 512,
                          "b", 0, "crc32c", impl=impl)
+
+
+@needs_native
+def test_a_read_into_a_read_only_buffer_is_refused_in_one_line():
+    with socket.create_server(("127.0.0.1", 0)) as listener:   # a tcp socket, as the reader takes
+        a = socket.create_connection(listener.getsockname())
+        b, _ = listener.accept()
+    try:
+        for into in (b"\0" * 16, memoryview(bytearray(32))[::2]):
+            with pytest.raises(ValueError, match="^into must be a writable contiguous buffer$"):
+                native.core.read_block_into(a.fileno(), into, 0, "block 1 on d1", 1.0)
+            with pytest.raises(ValueError, match="^into must be a writable contiguous buffer$"):
+                native.core.BlockReader(a.fileno(), 0, "block 1 on d1", 1.0).readinto(into)
+    finally:
+        a.close()
+        b.close()
 
 
 def test_impl_choice_is_checked():
