@@ -10,8 +10,9 @@ after the round (geometric mean) are that round's reference. Beside it, once a r
 with the ping-pong's own message (``--wire-ref``, default the 64 B plus the floor's 4-byte length and
 the transport's 16-byte header: 84 B): what the device costs for the bytes our messages carry, so the
 ping-pong over it is the endpoint's own share (under TCG rxe's per-message cost grows with the first
-tens of bytes: 2 B and 84 B differ by about a quarter, 84 B and 144 B by a few per cent). One round of both, first, is not counted
-(fresh processes' first native calls ran slow in the guest). A is the environment as it is; B adds
+tens of bytes: 84 B cost 1.15-1.52x what 2 B did in four boots, 144 B 2% more than 84 B). One round
+of both, first, is not counted (fresh processes' first native calls ran slow in the guest). A is the
+environment as it is; B adds
 ``--b-env NAME=VALUE`` settings (the end's knobs: HPCNET_VERBS_SPIN_US, HPCNET_VERBS_YIELD_US,
 HPCNET_VERBS_INLINE) and ``--b-core DIR``, a directory holding another build of ``pytest_hpcnet_native``
 (first on B's PYTHONPATH). In the guest:
@@ -30,12 +31,23 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 from pytest_hpcnet import cluster as clusters
 from pytest_hpcnet.fabric import TOOLS, ToolError
 from pytest_hpcnet.fabric.probe import run_tool
 
 SIZE = 64
+
+
+class Round(NamedTuple):
+    ref: float                                   # ib_send_lat's RTT (2 B), before and after the round
+    same: float                                  # ib_send_lat's RTT at the ping-pong's own message size
+    got: dict[str, tuple[float, float]]          # side -> (ping-pong, RPC) median RTTs
+
+
+def median_ratio(xs, ys) -> float:
+    return statistics.median(x / y for x, y in zip(xs, ys))
 _SERVER = """
 import sys, json
 from pytest_hpcnet.reference.rpc.native import NativeRpcServer
@@ -100,6 +112,7 @@ def main(argv=None) -> int:
         p.error(f"--b-core: no pytest_hpcnet_native under {args.b_core}")
     from pytest_hpcnet.reference import native
     from pytest_hpcnet.reference.transport.verbs.loader import VerbsUnavailable, rdma_host
+    from pytest_hpcnet.reference.transport.base import LENGTH   # the floor's length prefix, same wire
     from pytest_hpcnet.reference.transport.verbs.wire import HDR
     why = native.WHY_NOT if not native.AVAILABLE else native.core.verbs_unavailable()
     try:
@@ -114,7 +127,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as root, clusters.open("local:1", Path(root)) as (cluster, launchers):
         node = cluster.nodes[0]
 
-        wire = args.wire_ref or SIZE + 4 + HDR.size
+        wire = args.wire_ref or SIZE + LENGTH.size + HDR.size
 
         def device_rtt(size: int | None = None) -> float:
             tool = TOOLS["ib_send_lat"] if size is None else dataclasses.replace(TOOLS["ib_send_lat"], size=size)
@@ -131,21 +144,22 @@ def main(argv=None) -> int:
             after = device_rtt()
             ref = (before * after) ** 0.5
             same = device_rtt(wire)
-            rows.append((ref, got, same))
+            rows.append(Round(ref, same, got))
             print(f"round {r}: ib_send_lat RTT {ref:.1f} us ({wire} B: {same:.1f} us); " + "; ".join(
                 f"{s} ping-pong {pp:.1f} us, RPC {rpc:.1f} us ({rpc / ref:.2f}x)" for s, (pp, rpc) in sorted(got.items())),
                 flush=True)
             before = after
     print(f"B: {' '.join(args.b_env) or '-'}{f' core {args.b_core}' if args.b_core else ''}; "
           f"medians over {args.rounds} rounds (x: over that round's ib_send_lat RTT; goal for the RPC <= 1.5x):")
-    print(f"  ib_send_lat at {wire} B over 2 B: {statistics.median(s / ref for ref, _, s in rows):.2f}x")
+    refs, sames = [r.ref for r in rows], [r.same for r in rows]
+    print(f"  ib_send_lat at {wire} B over 2 B: {median_ratio(sames, refs):.2f}x")
     for side in "AB":
-        pp = [g[side][0] for _, g, _ in rows]
-        rpc = [g[side][1] for _, g, _ in rows]
-        print(f"  {side}: ping-pong {statistics.median(pp):.1f} us ({statistics.median(x / ref for x, (ref, _, _) in zip(pp, rows)):.2f}x; "
-              f"{statistics.median(x / s for x, (_, _, s) in zip(pp, rows)):.2f}x the device at {wire} B), "
-              f"RPC {statistics.median(rpc):.1f} us ({statistics.median(x / ref for x, (ref, _, _) in zip(rpc, rows)):.2f}x)")
-    wins = sum(g["B"][1] < g["A"][1] for _, g, _ in rows)
+        pp = [r.got[side][0] for r in rows]
+        rpc = [r.got[side][1] for r in rows]
+        print(f"  {side}: ping-pong {statistics.median(pp):.1f} us ({median_ratio(pp, refs):.2f}x; "
+              f"{median_ratio(pp, sames):.2f}x the device at {wire} B), "
+              f"RPC {statistics.median(rpc):.1f} us ({median_ratio(rpc, refs):.2f}x)")
+    wins = sum(r.got["B"][1] < r.got["A"][1] for r in rows)
     print(f"  B's RPC faster than A's in {wins} of {args.rounds} rounds")
     return 0
 

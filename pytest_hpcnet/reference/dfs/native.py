@@ -5,8 +5,9 @@ connections and the replica's files, already set up by the Python datanode. The 
 each packet, forwards the frame as it came, verifies every chunk (CRC-32C with SSE4.2, or CRC-32),
 writes data and checksums, and acknowledges upstream, all without the GIL: a middle node relays the
 next node's acknowledgements on a thread of its own, the tail acknowledges from its receiving thread.
-What happens once per block stays in Python: checks, connecting, opening and finishing the replica. The client's end is ``core.PacketWriter`` (``pipeline.py``). Over tcp a read's reply goes out
-of the core too (``serve_read``), and the client's ``core.BlockReader`` receives it (``sequential.py``).
+What happens once per block stays in Python: checks, connecting, opening and finishing the replica.
+The client's end is ``core.PacketWriter`` (``pipeline.py``). Over tcp a read's reply goes out of the
+core too (``serve_read``), and the client's ``core.BlockReader`` receives it (``sequential.py``).
 
 It speaks tcp, and verbs through the native core's verbs end (``transport_for`` gives ``impl=native``
 components that end): the same framed bytes go over either, so every mix of native and Python nodes,
