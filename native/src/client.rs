@@ -3,7 +3,7 @@
 //! (the Python client's leader/follower scheme), so a lone caller reads its own response with no
 //! thread hand-off.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -30,7 +30,7 @@ pub enum CallError {
 type Outcome = Result<Vec<u8>, CallError>;
 
 struct State {
-    pending: HashMap<i32, Option<Outcome>>,
+    pending: FxHashMap<i32, Option<Outcome>>,
     broken: Option<CallError>,
     reading: bool,
     waiting: usize, // callers asleep on the condvar (a notify is a syscall: only when someone waits)
@@ -189,7 +189,7 @@ pub struct Client {
     protocol: String,
     peer: String,
     max_data_length: usize,
-    method_headers: Mutex<HashMap<String, Vec<u8>>>,
+    method_headers: Mutex<FxHashMap<String, Vec<u8>>>,
     design: Design,
     pub stats: BufferStats,
 }
@@ -248,14 +248,14 @@ impl Client {
             write_timeout: connect_timeout.max(Duration::from_secs(30)),
             reader: Mutex::new(FrameReader { stream: rlink, buf: vec![0; 65536], start: 0, end: 0,
                                              grew: true }),
-            state: Mutex::new(State { pending: HashMap::new(), broken: None, reading: false, waiting: 0 }),
+            state: Mutex::new(State { pending: FxHashMap::default(), broken: None, reading: false, waiting: 0 }),
             cv: Condvar::new(),
             next_id: AtomicU32::new(0),
             client_id,
             protocol: protocol.to_string(),
             peer,
             max_data_length,
-            method_headers: Mutex::new(HashMap::new()),
+            method_headers: Mutex::new(FxHashMap::default()),
             design,
             stats,
         })

@@ -23,6 +23,7 @@ use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use mio::net::{TcpListener, TcpStream, UnixListener};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
+use rustc_hash::FxHashMap;
 
 use crate::buffers::{BufferStats, Design};
 use crate::shm::{self, ShmEnd};
@@ -184,7 +185,7 @@ impl Server {
             open: AtomicUsize::new(0),
             closed_reasons: Mutex::new(HashMap::new()),
         });
-        let mut ev = EventLoop { poll, listener, shared: shared.clone(), conns: HashMap::new(), next: 2,
+        let mut ev = EventLoop { poll, listener, shared: shared.clone(), conns: FxHashMap::default(), next: 2,
                                  resume: Vec::new() };
         let thread = std::thread::Builder::new().name("hpcnet-rpc-loop".into()).spawn(move || ev.run())?;
         Ok(Server { shared, address, thread: Some(thread) })
@@ -257,10 +258,13 @@ impl Io {
                     other => other,
                 }
             }
-            Io::Verbs(e) => {
-                let slices: Vec<&[u8]> = bufs.iter().map(|b| &b[..]).collect();
-                e.write_vectored(&slices)
-            }
+            Io::Verbs(e) => match bufs {
+                // the loop's writes are one or two slices: no Vec for them (under emulation an
+                // allocation per message is a measurable share of a round trip)
+                [a] => e.write_vectored(&[a]),
+                [a, b] => e.write_vectored(&[a, b]),
+                _ => e.write_vectored(&bufs.iter().map(|b| &b[..]).collect::<Vec<&[u8]>>()),
+            },
         }
     }
 
@@ -376,7 +380,7 @@ struct EventLoop {
     poll: Poll,
     listener: Listener,
     shared: Arc<Shared>,
-    conns: HashMap<usize, Conn>,
+    conns: FxHashMap<usize, Conn>,
     next: usize,
     resume: Vec<usize>, // connections whose backed-up responses drained: read them again
 }
@@ -868,7 +872,7 @@ impl EventLoop {
                                &format!("unknown protocol {protocol}"), wire::ERROR_NO_SUCH_PROTOCOL);
             return Ok(());
         }
-        match method.as_str() {
+        match method {
             "echo" => {
                 let payload = wire::parse_payload(body)
                     .map_err(|e| des(format!("cannot parse EchoRequestProto: {e}")))?;
@@ -893,7 +897,8 @@ impl EventLoop {
                                        "server too busy: call queue full", wire::ERROR_RPC_SERVER);
                     return Ok(());
                 }
-                q.push_back(PyCall { conn: id as u64, call_id, retry_count: retry, method, body: body.to_vec() });
+                q.push_back(PyCall { conn: id as u64, call_id, retry_count: retry, method: method.to_owned(),
+                                     body: body.to_vec() });
                 drop(q);
                 c.in_python += 1;
                 shared.counters.python_calls.fetch_add(1, Ordering::Relaxed);

@@ -232,8 +232,11 @@ fn want_bytes<'a>(field: u32, v: Value<'a>) -> WireResult<&'a [u8]> {
 }
 
 fn want_str(field: u32, v: Value) -> WireResult<String> {
-    let b = want_bytes(field, v)?;
-    std::str::from_utf8(b).map(|s| s.to_owned()).map_err(|_| format!("field {} is not UTF-8", field))
+    want_str_ref(field, v).map(str::to_owned)
+}
+
+fn want_str_ref<'a>(field: u32, v: Value<'a>) -> WireResult<&'a str> {
+    std::str::from_utf8(want_bytes(field, v)?).map_err(|_| format!("field {} is not UTF-8", field))
 }
 
 /// RpcRequestHeaderProto.
@@ -277,13 +280,14 @@ impl<'a> RequestHeader<'a> {
 }
 
 /// RequestHeaderProto: (methodName, declaringClassProtocolName, clientProtocolVersion), all required.
-pub fn parse_method_header(buf: &[u8]) -> WireResult<(String, String)> {
+/// Borrowed from the packet: every call parses one, and the loop answers most without keeping them.
+pub fn parse_method_header(buf: &[u8]) -> WireResult<(&str, &str)> {
     let mut c = Cursor::new(buf);
     let (mut method, mut protocol, mut version) = (None, None, None);
     while !c.at_end() {
         match c.field()? {
-            (1, v) => method = Some(want_str(1, v)?),
-            (2, v) => protocol = Some(want_str(2, v)?),
+            (1, v) => method = Some(want_str_ref(1, v)?),
+            (2, v) => protocol = Some(want_str_ref(2, v)?),
             (3, v) => version = Some(want_varint(3, v)?),
             _ => {}
         }

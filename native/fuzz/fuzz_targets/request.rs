@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!((back.call_id, back.client_id, back.retry_count), (h.call_id, h.client_id, h.retry_count));
     }
     if let Ok((method, protocol)) = wire::parse_method_header(data) {
-        let out = wire::encode_method_header(&method, &protocol, 1);
+        let out = wire::encode_method_header(method, protocol, 1);
         assert_eq!(wire::parse_method_header(&out).expect("re-encoded"), (method, protocol));
     }
     if let Ok((user, protocol)) = wire::parse_context(data) {

@@ -38,14 +38,14 @@ pub fn call_packet(packet: &[u8]) -> WireResult<(i32, Option<Call>)> {
     }
     let (method, protocol) = wire::parse_method_header(cur.delimited()?)?;
     let body = cur.delimited()?;
-    match method.as_str() {
+    match method {
         "echo" => {
             wire::parse_payload(body)?;
         }
         "ping" => wire::check_message(body)?,
         _ => {}
     }
-    Ok((header.call_id, Some((method, protocol, body.len()))))
+    Ok((header.call_id, Some((method.to_owned(), protocol.to_owned(), body.len()))))
 }
 
 /// The client's reading of a response packet (client.rs `decode`): a delimited
