@@ -3,7 +3,6 @@
 //! (the Python client's leader/follower scheme), so a lone caller reads its own response with no
 //! thread hand-off.
 
-use rustc_hash::FxHashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -11,8 +10,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use rustc_hash::FxHashMap;
+
 use crate::buffers::{BufferStats, Design};
 use crate::shm::ShmEnd;
+use crate::trace::{self, Point};
 use crate::verbs::VerbsEnd;
 use crate::wire::{self, Cursor, Frame, RequestHeader, ResponseHeader};
 
@@ -526,11 +528,13 @@ impl Client {
         let mut out = Vec::with_capacity(iterations);
         for i in 0..warmup + iterations {
             let mut got = usize::MAX;
+            trace::mark(Point::Start);
             let t0 = Instant::now();
             self.call_with("echo", &req, timeout, &mut |body| {
                 got = wire::parse_payload(body).map(|p| p.len()).unwrap_or(usize::MAX)
             })?;
             let dt = t0.elapsed();
+            trace::mark(Point::End);
             if got != size {
                 return Err(CallError::Lost(format!("echo of {size} B returned {got} B")));
             }

@@ -34,6 +34,7 @@ mod server;
 mod shm;
 mod verbs;
 mod verbs_py;
+mod trace;
 mod wire;
 
 use buffers::{BufferStats, Design};
@@ -87,6 +88,15 @@ fn seconds(s: f64) -> PyResult<Duration> {
 #[pyfunction]
 fn verbs_unavailable() -> Option<String> {
     verbs::unavailable()
+}
+
+/// The round-trip points kept while `HPCNET_TRACE` is set (native/src/trace.rs), as (point name,
+/// CLOCK_MONOTONIC nanoseconds) in the order taken; taking them empties the store.
+#[pyfunction]
+fn trace_take() -> Vec<(&'static str, u64)> {
+    trace::take().into_iter()
+        .map(|(p, t)| (trace::NAMES.iter().find(|(k, _)| *k == p).map_or("?", |(_, n)| *n), t))
+        .collect()
 }
 
 /// A Hadoop IPC v9 client connection over tcp.
@@ -370,6 +380,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("NativeError", m.py().get_type::<NativeError>())?;
     m.add_function(wrap_pyfunction!(verbs_unavailable, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_take, m)?)?;
     m.add("VERBS_BUILT", verbs::ffi::built())?;
     m.add_class::<PyClient>()?;
     m.add_class::<PyServer>()?;

@@ -26,6 +26,7 @@ use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use rustc_hash::FxHashMap;
 
 use crate::buffers::{BufferStats, Design};
+use crate::trace::{self, Point};
 use crate::shm::{self, ShmEnd};
 use crate::verbs::cm::{Event as CmEvent, VerbsListener};
 use crate::verbs::VerbsEnd;
@@ -838,6 +839,7 @@ impl EventLoop {
     }
 
     fn call(&mut self, id: usize, packet: &[u8]) -> Result<(), Close> {
+        trace::mark(Point::Dispatch);
         let shared = &self.shared;
         let c = self.conns.get_mut(&id).expect("connection");
         let mut cur = Cursor::new(packet);

@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::ffi::{self, Ep, Mr, Wc};
+use crate::trace::{self, Point};
 use super::*;
 
 /// Registered memory we own (page-aligned), deregistered and freed on drop.
@@ -233,7 +234,11 @@ impl VerbsEnd {
     pub fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         let mut st = self.st.lock().unwrap();
         st.progress(&self.peer);
-        st.read(buf)
+        let got = st.read(buf);
+        if got.as_ref().is_ok_and(|n| *n > 0) {
+            trace::mark(Point::Read);
+        }
+        got
     }
 
     pub fn write(&self, buf: &[u8]) -> io::Result<usize> {
@@ -469,7 +474,13 @@ impl State {
     fn post(&mut self, wr_id: u64, opcode: i32, addr: u64, len: usize, lkey: u32, raddr: u64, rkey: u32)
             -> io::Result<()> {
         // SAFETY: local memory is inside one of our registered regions
+        if opcode == 0 {
+            trace::mark(Point::Post);
+        }
         let rc = unsafe { ffi::hv_post_send(self.ep, wr_id, opcode, addr, len as u32, lkey, raddr, rkey) };
+        if opcode == 0 {
+            trace::mark(Point::Posted);
+        }
         if rc != 0 {
             let e = os_err("posting a work request failed");
             self.error.get_or_insert_with(|| e.to_string());
@@ -506,6 +517,7 @@ impl State {
                     continue;
                 }
                 if wid < RECV_DEPTH as u64 {
+                    trace::mark(Point::Received);
                     self.on_receive(wid as usize, wc.byte_len as usize, peer);
                 } else if wid < RDMA_BASE {
                     self.sq_used -= 1;

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use super::cm::{self, Event, VerbsListener};
 use super::VerbsEnd;
-use crate::floor::MAX_SIZE; // the raw-socket floor's wire and limit
+use crate::floor::MAX_SIZE;
+use crate::trace::{self, Point}; // the raw-socket floor's wire and limit
 
 const LOOK: Duration = Duration::from_millis(100); // how often a waiting thread looks at `stopping`
 
@@ -138,10 +139,12 @@ pub fn pingpong(host: &str, port: u16, size: usize, iterations: usize, warmup: u
     let mut out = Vec::with_capacity(iterations);
     let result = (|| {
         for i in 0..warmup + iterations {
+            trace::mark(Point::Start);
             let t0 = Instant::now();
             write_all(&end, &message, spin, None, timeout)?;
             read_until(&end, &mut reply, spin, None, Some(t0 + timeout))?;
             let dt = t0.elapsed();
+            trace::mark(Point::End);
             if reply[..4] != message[..4] {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, "the floor server echoed another length"));
             }
