@@ -110,7 +110,7 @@ fn run_floor<F>(py: Python<'_>, floor: F, name: &str, directory: &std::path::Pat
              bpc: usize, checksum: &str, timeout: f64) -> PyResult<(f64, f64, f64)>
 where F: Send + FnOnce(&std::path::Path, usize, usize, usize, Kind, Duration) -> std::io::Result<crate::dfs_floor::Figures> {
     let (k, bpc) = (kind(checksum)?, check_bpc(bpc)?);
-    if total == 0 || packet == 0 || packet % bpc != 0 {
+    if total == 0 || packet == 0 || !packet.is_multiple_of(bpc) {
         return Err(PyValueError::new_err(format!(
             "the {name} floor needs bytes and a packet of whole chunks (total {total}, packet {packet})")));
     }

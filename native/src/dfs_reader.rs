@@ -62,7 +62,7 @@ fn next_frame<R: Read>(r: &mut R) -> Result<Frame, ReadFailure> {
     r.read_exact(&mut head).map_err(io_failure)?;
     let n = u32::from_be_bytes(head[..4].try_into().unwrap()) as usize;
     let h = u32::from_be_bytes(head[4..].try_into().unwrap()) as usize;
-    if n > MAX_MESSAGE || n < 4 || h > MAX_HEADER || h > n - 4 {
+    if !(4..=MAX_MESSAGE).contains(&n) || h > MAX_HEADER || h > n - 4 {
         return Err(ReadFailure::Broken(format!("impossible reply frame ({n} bytes, header {h})")));
     }
     let mut message = vec![0u8; 4 + h];
@@ -244,8 +244,11 @@ fn read_block_into(py: Python<'_>, endpoint: &Bound<'_, PyAny>, mut into: PyBuff
 /// nothing more: the connection is out of step (close it).
 #[pyclass(frozen, name = "BlockReader", module = "pytest_hpcnet_native._native")]
 pub struct PyBlockReader {
-    state: std::sync::Mutex<(Link, Stream, Option<(&'static str, String)>)>,
+    state: std::sync::Mutex<ReaderState>,
 }
+
+/// The connection, its framing state, and why it is out of step (what, detail) once it is.
+type ReaderState = (Link, Stream, Option<(&'static str, String)>);
 
 #[pymethods]
 impl PyBlockReader {

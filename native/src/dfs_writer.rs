@@ -157,6 +157,9 @@ impl PyPacketWriter {
     }
 }
 
+/// An unacknowledged packet as Python sees it: (seq, end offset, header, checksums, data).
+type UnackedPacket<'py> = (i64, u64, Bound<'py, PyDict>, Bound<'py, PyBytes>, Bound<'py, PyBytes>);
+
 #[pymethods]
 impl PyPacketWriter {
     /// `sock`: the head datanode's connection after the setup ack, a tcp socket's descriptor
@@ -238,7 +241,7 @@ impl PyPacketWriter {
 
     /// The unacknowledged packets, oldest first: (seq, end offset, header, checksums, data), as the
     /// Python pipeline keeps them.
-    fn unacked<'py>(&self, py: Python<'py>) -> PyResult<Vec<(i64, u64, Bound<'py, PyDict>, Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+    fn unacked<'py>(&self, py: Python<'py>) -> PyResult<Vec<UnackedPacket<'py>>> {
         let s = self.shared.state.lock().unwrap();
         let mut out = Vec::with_capacity(s.unacked.len());
         for p in &s.unacked {

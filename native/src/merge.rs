@@ -160,7 +160,7 @@ fn py_err(e: MergeError) -> PyErr {
     }
 }
 
-fn views<'a>(bufs: &'a [PyBuffer<u8>]) -> PyResult<Vec<&'a [u8]>> {
+fn views(bufs: &[PyBuffer<u8>]) -> PyResult<Vec<&[u8]>> {
     bufs.iter().enumerate().map(|(i, b)| contiguous(b, &format!("run {i}"))).collect()
 }
 

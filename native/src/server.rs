@@ -219,7 +219,7 @@ enum Phase {
 enum Io {
     Tcp(TcpStream),
     Shm(ShmEnd),
-    Verbs(VerbsEnd),
+    Verbs(Box<VerbsEnd>), // boxed: an end is large, a socket a word
 }
 
 impl Io {

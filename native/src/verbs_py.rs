@@ -30,7 +30,7 @@ fn seconds(s: f64) -> PyResult<std::time::Duration> {
     std::time::Duration::try_from_secs_f64(s).map_err(|_| PyValueError::new_err(format!("bad timeout {s}")))
 }
 
-fn writable<'a>(buf: &'a PyBuffer<u8>, what: &str) -> PyResult<(*mut u8, usize)> {
+fn writable(buf: &PyBuffer<u8>, what: &str) -> PyResult<(*mut u8, usize)> {
     if buf.readonly() {
         return Err(PyValueError::new_err(format!("{what} must be a writable buffer")));
     }

@@ -135,7 +135,7 @@ unsafe impl Send for VerbsListener {}
 
 /// What the listener's channel said.
 pub enum Event {
-    Connected(VerbsEnd),
+    Connected(Box<VerbsEnd>), // boxed: an end is large, the other events a few words
     Failed(String),          // a connection request we could not serve
     Ended(*mut c_void, String), // a child's connection ended (its cm id, the event)
 }
@@ -173,7 +173,7 @@ impl VerbsListener {
         }
         Some(match ev.kind {
             CONNECT_REQUEST => match accept(ev.id) {
-                Ok(end) => Event::Connected(end),
+                Ok(end) => Event::Connected(Box::new(end)),
                 Err(e) => Event::Failed(format!("accepting an RDMA connection failed: {e}")),
             },
             ESTABLISHED => return self.next(),

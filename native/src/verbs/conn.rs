@@ -347,7 +347,7 @@ impl Listener {
             }
             let event = self.core.inner.lock().unwrap().next();
             match event {
-                Some(Event::Connected(end)) => return Ok(Conn::new(end, Some(self.core.clone()))),
+                Some(Event::Connected(end)) => return Ok(Conn::new(*end, Some(self.core.clone()))),
                 Some(Event::Failed(why)) => return Err(io::Error::new(io::ErrorKind::ConnectionAborted, why)),
                 Some(Event::Ended(id, why)) => {
                     let child = self.core.children.lock().unwrap().get(&(id as usize)).and_then(Weak::upgrade);

@@ -58,7 +58,7 @@ fn serve(listener: VerbsListener, stop: &Arc<AtomicBool>) {
         while let Some(event) = listener.next() {
             match event {
                 Event::Connected(end) => {
-                    let end = Arc::new(end);
+                    let end = Arc::new(*end);
                     let (e, s) = (end.clone(), stop.clone());
                     if let Ok(t) = std::thread::Builder::new().name("hpcnet-verbs-floor-conn".into())
                         .spawn(move || echo(&e, &s)) {
