@@ -32,9 +32,9 @@ mod pybuf;
 mod sendfile;
 mod server;
 mod shm;
+mod trace;
 mod verbs;
 mod verbs_py;
-mod trace;
 mod wire;
 
 use buffers::{BufferStats, Design};
@@ -94,9 +94,7 @@ fn verbs_unavailable() -> Option<String> {
 /// CLOCK_MONOTONIC nanoseconds) in the order taken; taking them empties the store.
 #[pyfunction]
 fn trace_take() -> Vec<(&'static str, u64)> {
-    trace::take().into_iter()
-        .map(|(p, t)| (trace::NAMES.iter().find(|(k, _)| *k == p).map_or("?", |(_, n)| *n), t))
-        .collect()
+    trace::take().into_iter().map(|(p, t)| (p.name(), t)).collect()
 }
 
 /// A Hadoop IPC v9 client connection over tcp.

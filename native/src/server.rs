@@ -26,8 +26,8 @@ use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use rustc_hash::FxHashMap;
 
 use crate::buffers::{BufferStats, Design};
-use crate::trace::{self, Point};
 use crate::shm::{self, ShmEnd};
+use crate::trace::{self, Point};
 use crate::verbs::cm::{Event as CmEvent, VerbsListener};
 use crate::verbs::VerbsEnd;
 use crate::wire::{self, Cursor, RequestHeader};
@@ -245,27 +245,19 @@ impl Io {
         }
     }
 
-    /// `bufs` in order, as far as they go now (tcp: one writev).
-    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+    /// `head` then `body`, as far as they go now (tcp: one writev). Two slices on the stack, no Vec:
+    /// under emulation an allocation per message is a measurable share of a verbs round trip.
+    fn write_pair(&mut self, head: &[u8], body: &[u8]) -> io::Result<usize> {
         match self {
-            Io::Tcp(s) => s.write_vectored(bufs),
-            Io::Shm(e) => {
-                let slices: Vec<&[u8]> = bufs.iter().map(|b| &b[..]).collect();
-                match e.write_vectored(&slices) {
-                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
-                        e.set_writer_waiting(true); // then look again: the reader may have just made room
-                        e.write_vectored(&slices)
-                    }
-                    other => other,
+            Io::Tcp(s) => s.write_vectored(&[io::IoSlice::new(head), io::IoSlice::new(body)]),
+            Io::Shm(e) => match e.write_vectored(&[head, body]) {
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                    e.set_writer_waiting(true); // then look again: the reader may have just made room
+                    e.write_vectored(&[head, body])
                 }
-            }
-            Io::Verbs(e) => match bufs {
-                // the loop's writes are one or two slices: no Vec for them (under emulation an
-                // allocation per message is a measurable share of a round trip)
-                [a] => e.write_vectored(&[a]),
-                [a, b] => e.write_vectored(&[a, b]),
-                _ => e.write_vectored(&bufs.iter().map(|b| &b[..]).collect::<Vec<&[u8]>>()),
+                other => other,
             },
+            Io::Verbs(e) => e.write_vectored(&[head, body]),
         }
     }
 
@@ -1055,12 +1047,12 @@ fn echo_in_place(c: &mut Conn, call_id: i32, retry: i32, payload: &[u8]) {
     let head = c.wbuf.len();
     let mut sent = 0;
     while sent < head + payload.len() {
-        let bufs = if sent < head {
-            [io::IoSlice::new(&c.wbuf[sent..]), io::IoSlice::new(payload)]
+        let written = if sent < head {
+            c.stream.write_pair(&c.wbuf[sent..], payload)
         } else {
-            [io::IoSlice::new(&payload[sent - head..]), io::IoSlice::new(&[])]
+            c.stream.write_pair(&payload[sent - head..], &[])
         };
-        match c.stream.write_vectored(&bufs) {
+        match written {
             Ok(0) => break,
             Ok(n) => {
                 sent += n;

@@ -5,48 +5,50 @@
 //! works before it posts, how long a message takes from one side's post to the other side's poll
 //! seeing it. Off (the default), a point costs one load of a flag.
 
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 /// The points, in the order a round trip meets them.
 #[derive(Clone, Copy)]
-#[repr(u8)]
 pub enum Point {
     /// A timed call or ping-pong starts (the timing drivers).
-    Start = 1,
+    Start,
     /// A SEND is about to be posted (the verbs end).
-    Post = 2,
+    Post,
     /// `ibv_post_send` returned: under Soft-RoCE the kernel has done the send's work in this call,
     /// the peer's side included.
-    Posted = 3,
+    Posted,
     /// A poll found a received message's completion.
-    Received = 4,
+    Received,
     /// A read handed received bytes up.
-    Read = 5,
+    Read,
     /// The RPC server starts on a call's packet.
-    Dispatch = 6,
+    Dispatch,
     /// The timed call or ping-pong has its answer.
-    End = 7,
+    End,
 }
 
-pub const NAMES: [(u8, &str); 7] = [(1, "start"), (2, "post"), (3, "posted"), (4, "received"), (5, "read"),
-                                    (6, "dispatch"), (7, "end")];
+impl Point {
+    pub fn name(self) -> &'static str {
+        match self {
+            Point::Start => "start",
+            Point::Post => "post",
+            Point::Posted => "posted",
+            Point::Received => "received",
+            Point::Read => "read",
+            Point::Dispatch => "dispatch",
+            Point::End => "end",
+        }
+    }
+}
 
 /// Kept points are capped: a traced run that goes on for long keeps its first ones.
 const CAP: usize = 1 << 22;
 
-static POINTS: Mutex<Vec<(u8, u64)>> = Mutex::new(Vec::new());
+static POINTS: Mutex<Vec<(Point, u64)>> = Mutex::new(Vec::new());
 
 fn enabled() -> bool {
-    static STATE: AtomicU8 = AtomicU8::new(0); // 0 not looked yet, 1 off, 2 on
-    match STATE.load(Ordering::Relaxed) {
-        0 => {
-            let on = std::env::var_os("HPCNET_TRACE").is_some_and(|v| !v.is_empty() && v != "0");
-            STATE.store(if on { 2 } else { 1 }, Ordering::Relaxed);
-            on
-        }
-        s => s == 2,
-    }
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("HPCNET_TRACE").is_some_and(|v| !v.is_empty() && v != "0"))
 }
 
 pub fn mark(point: Point) {
@@ -58,11 +60,11 @@ pub fn mark(point: Point) {
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
     let mut points = POINTS.lock().unwrap();
     if points.len() < CAP {
-        points.push((point as u8, t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64));
+        points.push((point, t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64));
     }
 }
 
 /// The points kept so far, in the order taken (emptied).
-pub fn take() -> Vec<(u8, u64)> {
+pub fn take() -> Vec<(Point, u64)> {
     std::mem::take(&mut *POINTS.lock().unwrap())
 }
