@@ -432,6 +432,7 @@ impl EventLoop {
                     spin_cap = Instant::now() + SPIN_CAP;
                     continue;
                 }
+                trace::mark(Point::Sleep);
                 hot.clear();
             }
             if let Err(e) = self.poll.poll(&mut events, Some(wait)) {

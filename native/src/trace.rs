@@ -23,6 +23,9 @@ pub enum Point {
     Read,
     /// The RPC server starts on a call's packet.
     Dispatch,
+    /// A waiting end stops spinning and sleeps on the completion channel: its wake-up costs an
+    /// interrupt and a context switch, under emulation several round trips.
+    Sleep,
     /// The timed call or ping-pong has its answer.
     End,
 }
@@ -36,6 +39,7 @@ impl Point {
             Point::Received => "received",
             Point::Read => "read",
             Point::Dispatch => "dispatch",
+            Point::Sleep => "sleep",
             Point::End => "end",
         }
     }

@@ -304,6 +304,7 @@ impl VerbsEnd {
             }
             break;
         }
+        trace::mark(Point::Sleep);
         self.waiters.fetch_add(1, Ordering::SeqCst);
         let result = loop {
             {
