@@ -58,13 +58,15 @@ def median_ratio(xs, ys) -> float:
     return statistics.median(x / y for x, y in zip(xs, ys))
 
 
-def timeline(client: list, server: list) -> tuple[int, list[tuple[float, str]]]:
+def timeline(client: list, server: list) -> tuple[int, list[tuple[float, str]], collections.Counter]:
     """Where a round trip's time goes, from HPCNET_TRACE's points (native/src/trace.rs): for each timed
     call (between the client's ``start`` and ``end``, warm-up calls left out) every point of both
     sides inside it, the server's from its first ``received`` on (before it, its points belong to the
     call before: under Soft-RoCE a send's system call returns only after the peer has its message);
-    returns how many calls, and the median offset in us from the call's start of each point that
-    most calls have, in order. The n-th repeat of a point in a call is its own row."""
+    returns how many calls, the median offset in us from the call's start of each point that most
+    calls have, in order, and in how many calls each point came at all (a ``sleep``, a wake-up
+    paid for, is rare and costly: its count says more than its offset). The n-th repeat of a point
+    in a call is its own row."""
     calls, current = [], None
     for name, t in client:
         if name == "start":
@@ -77,6 +79,7 @@ def timeline(client: list, server: list) -> tuple[int, list[tuple[float, str]]]:
     calls = calls[WARMUP:]
     times = [t for _, t in server]
     offsets = collections.defaultdict(list)
+    present = collections.Counter()
     for t0, t1, mine in calls:
         theirs = server[bisect.bisect_left(times, t0):bisect.bisect_right(times, t1)]
         first = next((i for i, (name, _) in enumerate(theirs) if name == "received"), len(theirs))
@@ -85,19 +88,22 @@ def timeline(client: list, server: list) -> tuple[int, list[tuple[float, str]]]:
             seen[label] += 1
             offsets[label if seen[label] == 1 else f"{label} ({seen[label]})"].append((t - t0) / 1e3)
         offsets["client end"].append((t1 - t0) / 1e3)
+        present.update(seen.keys())
     rows = [(statistics.median(v), label) for label, v in offsets.items() if len(v) >= 0.8 * len(calls)]
-    return len(calls), sorted(rows)
+    return len(calls), sorted(rows), present
 
 
 def print_breakdown(side: str, p: "Pass") -> None:
     for kind, rtt in (("pingpong", p.pingpong), ("rpc", p.rpc)):
-        n, rows = timeline(p.points[kind], p.points["server"])
+        n, rows, present = timeline(p.points[kind], p.points["server"])
         if not rows:
             sys.exit(f"bench_verbs_latency: {side} took no trace points (a build without native/src/trace.rs?)")
         print(f"{side} {'ping-pong' if kind == 'pingpong' else 'RPC echo'} {SIZE} B, median {rtt:.1f} us: where a "
               f"round trip goes ({n} calls; median us from the call's start)")
         for offset, label in rows:
             print(f"  {offset:7.1f}  {label}")
+        print("  slept on the completion channel: " + ", ".join(
+            f"{end} in {present[end + ' sleep']} of {n} calls" for end in ("client", "server")))
 
 
 _SERVER = """

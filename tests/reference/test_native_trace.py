@@ -62,11 +62,14 @@ def test_the_breakdown_lines_up_both_sides_per_call_and_leaves_the_previous_call
     client, server = [], []
     for i in range(bench.WARMUP + 10):
         t0 = i * 100_000
-        client += [("start", t0), ("post", t0 + 2_000), ("received", t0 + 50_000), ("end", t0 + 51_000)]
+        client += [("start", t0), ("post", t0 + 2_000)] + [("sleep", t0 + 30_000)] * (i % 5 == 0) + [
+            ("received", t0 + 50_000), ("end", t0 + 51_000)]
         # the previous reply's send returns inside this call: not this call's
         server += [("posted", t0 + 5_000), ("received", t0 + 20_000), ("dispatch", t0 + 21_000),
                    ("post", t0 + 26_000 + (i % 2) * 2_000)]
-    n, rows = bench.timeline(client, server)
+    n, rows, present = bench.timeline(client, server)
     assert n == 10
+    # a point few calls have (a sleep) is no row, but counted
     assert rows == [(2.0, "client post"), (20.0, "server received"), (21.0, "server dispatch"),
                     (27.0, "server post"), (50.0, "client received"), (51.0, "client end")]
+    assert present["client sleep"] == 2 and present["server sleep"] == 0 and present["client post"] == 10
