@@ -13,7 +13,7 @@ pub mod dfs_wire;
 
 use wire::{Cursor, Frame, RequestHeader, ResponseHeader, WireResult};
 
-/// The server's reading of a connection context packet (server.rs `context`): a delimited
+/// The server's reading of a connection context packet (server/protocol.rs `context`): a delimited
 /// RpcRequestHeaderProto with callId -3, then a delimited IpcConnectionContextProto.
 pub fn context_packet(packet: &[u8]) -> WireResult<(String, String)> {
     let mut cur = Cursor::new(packet);
@@ -27,7 +27,7 @@ pub fn context_packet(packet: &[u8]) -> WireResult<(String, String)> {
 /// A parsed call: method, protocol, request length.
 pub type Call = (String, String, usize);
 
-/// The server's reading of a call packet (server.rs `call`): a delimited RpcRequestHeaderProto, then
+/// The server's reading of a call packet (server/protocol.rs `call`): a delimited RpcRequestHeaderProto, then
 /// for a call a delimited RequestHeaderProto and the request, parsed as the native methods do.
 /// Returns the call id and, for a call, (method, protocol, body length).
 pub fn call_packet(packet: &[u8]) -> WireResult<(i32, Option<Call>)> {
@@ -61,7 +61,7 @@ pub fn response_packet(packet: &[u8]) -> WireResult<(ResponseHeader, Option<&[u8
     Ok((h, None))
 }
 
-/// The server's reading of one connection's byte stream (server.rs `process_buffer`): the
+/// The server's reading of one connection's byte stream (server/protocol.rs `process_buffer`): the
 /// preamble, the connection context packet (bounded by MAX_CONTEXT_LENGTH), then call packets
 /// (bounded by `max_data`) until the bytes run out or something is refused. Checks what the framing
 /// promises on the way: a packet is never longer than the bound, and "need n bytes" always asks for
