@@ -13,6 +13,8 @@ pub mod conn;
 pub mod end;
 pub mod ffi;
 pub mod floor;
+mod region;
+mod stream;
 
 pub use end::VerbsEnd;
 
