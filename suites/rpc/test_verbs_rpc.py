@@ -12,6 +12,7 @@ QEMU guest with ``rdma_rxe``); skipped with the missing feature named elsewhere.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import statistics
@@ -195,6 +196,63 @@ def test_peer_process_killed_is_a_closed_error_not_a_hang(tmp_path):
         proc.kill()
         proc.wait()
         listener.close()
+
+
+def _loop_thread_ticks() -> int:
+    """CPU ticks (user + system) so far of this process's native RPC server loop thread."""
+    from pathlib import Path
+    for task in Path("/proc/self/task").iterdir():
+        if (task / "comm").read_text().strip() == "hpcnet-rpc-loop":
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            return int(fields[11]) + int(fields[12])
+    raise AssertionError("no hpcnet-rpc-loop thread in this process")
+
+
+def test_a_peer_that_pipelines_without_reading_is_paused_idle_then_fully_answered():
+    """The native server over verbs, a raw client sending 40 MiB of echo requests before reading a
+    byte: the server stops reading the connection while its answers back up, and its loop does not
+    busy-poll it meanwhile (a connection it leaves unread must not keep a spin going: it waits for
+    its events); every answer then arrives, in order, as the client reads."""
+    _need_native_verbs(("python", "native"))
+    client_id = bytes(range(16))
+    rh = wire.RequestHeaderProto(methodName="echo", declaringClassProtocolName=wire.ECHO_PROTOCOL,
+                                 clientProtocolVersion=1)
+    payload = bytes(range(256)) * 4096
+
+    def packet(*messages) -> bytes:
+        body = b"".join(wire.delimited(*messages))
+        return len(body).to_bytes(4, "big") + body
+
+    with make_server("native", transport="verbs", handlers=1) as s:
+        conn = get_transport("verbs").connect(s.address, timeout=WAIT)
+        try:
+            conn.send_raw(wire.PREAMBLE + packet(
+                wire.request_header(wire.CONNECTION_CONTEXT_CALL_ID, client_id),
+                wire.connection_context("hpcnet", wire.ECHO_PROTOCOL)), timeout=WAIT)
+
+            def send():
+                for i in range(40):
+                    conn.send_raw(packet(wire.request_header(i, client_id), rh,
+                                         wire.EchoRequestProto(payload=payload)), timeout=WAIT)
+            sender = threading.Thread(target=send, daemon=True)
+            sender.start()
+            time.sleep(scaled(1))   # nothing read: the server's answers back up and it pauses
+            before, t0 = _loop_thread_ticks(), time.monotonic()
+            time.sleep(scaled(1))
+            busy = (_loop_thread_ticks() - before) / os.sysconf("SC_CLK_TCK") / (time.monotonic() - t0)
+            for i in range(40):
+                n = int.from_bytes(conn.recv_raw(4, timeout=WAIT), "big")
+                packet_in = memoryview(conn.recv_raw(n, timeout=WAIT))
+                hb, pos = wire.read_delimited(packet_in, 0)
+                assert wire.RpcResponseHeaderProto.FromString(bytes(hb)).callId == i
+                assert wire.EchoResponseProto.FromString(bytes(wire.read_delimited(packet_in, pos)[0])).payload \
+                    == payload
+            sender.join(WAIT)
+        finally:
+            conn.close()
+    # a loop spinning on the paused connection would use the whole second; waking for its credit
+    # look now and then uses a small part of it
+    assert busy < 0.5, f"the server loop was busy {busy:.0%} of a second with only a paused connection"
 
 
 def test_connection_refused_and_unroutable_address_are_clear_errors():

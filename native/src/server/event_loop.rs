@@ -16,7 +16,7 @@ use crate::wire;
 
 use super::protocol::join_naive;
 use super::{code_name, fatal, Close, Conn, EventLoop, Io, Listener, Phase, Reply};
-use super::{CREDIT_LOOK, INITIAL_BUFFER, KEEP_BUFFER, LISTENER, SPIN_CAP, SUB_SPACE, TICK, WAKER, WRITE_HIGH};
+use super::{CREDIT_LOOK, INITIAL_BUFFER, KEEP_BUFFER, LISTENER, SUB_SPACE, TICK, WAKER, WRITE_HIGH};
 
 impl EventLoop {
     pub(super) fn run(&mut self) {
@@ -27,7 +27,6 @@ impl EventLoop {
         // Soft-RoCE is a round trip's worth (perftest's ib_send_lat never sleeps)
         let mut hot: Vec<usize> = Vec::new();
         let mut spin_until = Instant::now();
-        let mut spin_cap = Instant::now(); // a spin never outlasts SPIN_CAP after the last wake-up
         // while spinning, the other sockets are looked at (one poll system call) once per
         // `yield_every`, not after every message served: under emulation each system call costs a
         // good part of a round trip, and a tcp or shm event then waits at most that long
@@ -49,7 +48,7 @@ impl EventLoop {
                 loop {
                     let served = self.serve_hot(&hot, false);
                     if served {
-                        spin_until = (Instant::now() + crate::verbs::server_spin()).min(spin_cap);
+                        spin_until = Instant::now() + crate::verbs::server_spin();
                     }
                     if served || Instant::now() >= burst_end {
                         break;
@@ -62,14 +61,10 @@ impl EventLoop {
                 next_look = Instant::now() + crate::verbs::yield_every();
             } else if !hot.is_empty() {
                 // the spin is over: arm the hot connections' CQs, then look once more, since a
-                // completion that came before the arming raises no event. A message found then came
-                // as a wake-up would and starts a new spin, unless this spin ran into its cap (a
-                // connection that stays readable, e.g. paused behind a peer that returns no credits,
-                // must not keep the loop spinning: it waits for its events like any other)
-                let capped = spin_until >= spin_cap;
-                if self.serve_hot(&hot, true) && !capped {
+                // completion that came before the arming raises no event. Bytes read then came as
+                // a wake-up would and start a new spin
+                if self.serve_hot(&hot, true) {
                     spin_until = Instant::now() + crate::verbs::server_spin();
-                    spin_cap = Instant::now() + SPIN_CAP;
                     continue;
                 }
                 trace::mark(Point::Sleep);
@@ -109,7 +104,6 @@ impl EventLoop {
                                 hot.push(id);
                             }
                             spin_until = Instant::now() + crate::verbs::server_spin();
-                            spin_cap = Instant::now() + SPIN_CAP;
                             continue;
                         }
                         if event.is_writable() {
@@ -227,9 +221,11 @@ impl EventLoop {
     }
 
     /// Serves every verbs connection in `hot` that has something to read (arming its CQ first when
-    /// `arm`); whether any had.
+    /// `arm`); whether bytes were read. Bytes, not readiness, keep a spin going: a connection that
+    /// stays readable without being read (paused behind a peer that takes no responses) must not
+    /// keep the loop spinning; it waits for its events like any other.
     fn serve_hot(&mut self, hot: &[usize], arm: bool) -> bool {
-        let mut served = false;
+        let before = self.bytes_read;
         for &id in hot {
             let busy = match self.conns.get(&id).map(|c| &c.stream) {
                 Some(Io::Verbs(e)) => {
@@ -242,10 +238,9 @@ impl EventLoop {
             };
             if busy {
                 self.on_readable(id, false);
-                served = true;
             }
         }
-        served
+        self.bytes_read != before
     }
 
     fn drain_outbox(&mut self) {
@@ -335,6 +330,7 @@ impl EventLoop {
                 Ok(n) => {
                     let room = c.rbuf.len() - c.rend;
                     c.rend += n;
+                    self.bytes_read += n as u64;
                     if c.phase == Phase::Ready {
                         c.last_active = Instant::now();
                     }

@@ -46,9 +46,6 @@ const TICK: Duration = Duration::from_millis(100);
 // how often a verbs connection waiting for send credits looks at its credit word (an RDMA WRITE
 // into it raises no completion)
 const CREDIT_LOOK: Duration = Duration::from_millis(1);
-// how long the loop busy-polls verbs connections after a message before it sleeps again (long enough
-// for an emulated client's next call to arrive), and at most after a wake-up
-const SPIN_CAP: Duration = Duration::from_millis(5);
 
 pub struct Config {
     pub protocol: String,
@@ -189,7 +186,7 @@ impl Server {
             closed_reasons: Mutex::new(HashMap::new()),
         });
         let mut ev = EventLoop { poll, listener, shared: shared.clone(), conns: FxHashMap::default(), next: 2,
-                                 resume: Vec::new() };
+                                 resume: Vec::new(), bytes_read: 0 };
         let thread = std::thread::Builder::new().name("hpcnet-rpc-loop".into()).spawn(move || ev.run())?;
         Ok(Server { shared, address, thread: Some(thread) })
     }
@@ -270,4 +267,5 @@ struct EventLoop {
     conns: FxHashMap<usize, Conn>,
     next: usize,
     resume: Vec<usize>, // connections whose backed-up responses drained: read them again
+    bytes_read: u64,    // from every connection so far: whether a verbs spin is still serving someone
 }
