@@ -22,6 +22,7 @@ import textwrap
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -200,7 +201,6 @@ def test_peer_process_killed_is_a_closed_error_not_a_hang(tmp_path):
 
 def _loop_thread_ticks() -> int:
     """CPU ticks (user + system) so far of this process's native RPC server loop thread."""
-    from pathlib import Path
     for task in Path("/proc/self/task").iterdir():
         if (task / "comm").read_text().strip() == "hpcnet-rpc-loop":
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()

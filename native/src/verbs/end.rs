@@ -86,10 +86,7 @@ impl VerbsEnd {
 
     /// The first message each way: where our credit word is (the client sends first).
     pub fn hello(&self) -> io::Result<()> {
-        let mut st = self.st.lock().unwrap();
-        let h = st.hello_payload();
-        st.control.push_back((HELLO, h));
-        st.flush_control();
+        self.st.lock().unwrap().say_hello();
         Ok(())
     }
 
@@ -116,10 +113,7 @@ impl VerbsEnd {
 
     /// The connection failed (an rdma_cm event about it, seen by whoever reads its channel).
     pub fn fail(&self, why: String) {
-        let mut st = self.st.lock().unwrap();
-        if st.error.is_none() {
-            st.error = Some(why);
-        }
+        self.st.lock().unwrap().fail(why);
     }
 
     /// What is there to read. The CQ is polled only when nothing is: a caller that just saw the
@@ -157,13 +151,13 @@ impl VerbsEnd {
     pub fn readable(&self) -> bool {
         let mut st = self.st.lock().unwrap();
         st.progress(&self.peer);
-        st.error.is_some() || st.closed || st.front_ready()
+        st.ended() || st.front_ready()
     }
 
     pub fn writable(&self) -> bool {
         let mut st = self.st.lock().unwrap();
         st.progress(&self.peer);
-        st.error.is_some() || st.closed || st.can_send()
+        st.ended() || st.can_send()
     }
 
     /// The blocking client's wait: spin, then sleep on the completion channel (and the client's
@@ -289,25 +283,14 @@ impl VerbsEnd {
                           -> io::Result<u64> {
         let mut st = self.st.lock().unwrap();
         st.progress(&self.peer);
-        st.check()?;
-        if st.sq_used >= SEND_DEPTH {
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        let wid = st.next_one_sided;
-        st.next_one_sided += 1;
-        st.post(wid, if read { 2 } else { 1 }, addr, len, lkey, raddr, rkey)?;
-        Ok(wid)
+        st.post_one_sided(read, addr, len, lkey, raddr, rkey)
     }
 
     /// Whether the one-sided operation `wid` has completed (an error if the connection failed).
     pub fn one_sided_done(&self, wid: u64) -> io::Result<bool> {
         let mut st = self.st.lock().unwrap();
         st.progress(&self.peer);
-        if st.one_sided_done.remove(&wid) {
-            return Ok(true);
-        }
-        st.check()?;
-        Ok(false)
+        st.one_sided_done(wid)
     }
 
     /// Tells the peer (CLOSE, best effort), then frees the QP, memory and cm id. Idempotent.
@@ -316,22 +299,7 @@ impl VerbsEnd {
         if st.closed {
             return;
         }
-        st.progress(&self.peer);
-        if st.error.is_none() && st.can_send() && st.post_eager(CLOSE, &[], 0, 0).is_ok() {
-            let end = Instant::now() + Duration::from_millis(200);
-            while st.sq_used > 0 && st.error.is_none() && Instant::now() < end {
-                st.progress(&self.peer);
-            }
-        }
-        st.closed = true;
-        st.rx.clear();
-        st.staging.clear();
-        st.control.clear();
-        let ep = st.ep;
-        // the regions are deregistered before the protection domain goes with the endpoint
-        let (r, s, c) = (std::mem::replace(&mut st.recv, Region::dangling()), std::mem::replace(&mut st.send, Region::dangling()),
-                         std::mem::replace(&mut st.credit, Region::dangling()));
-        drop((r, s, c));
+        let ep = st.shut(&self.peer);
         // SAFETY: every MR of this endpoint is deregistered; the cm id (and a client's channel) are ours
         unsafe {
             ffi::hv_ep_destroy(ep);

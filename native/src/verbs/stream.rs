@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use crate::trace::{self, Point};
 
@@ -13,7 +14,7 @@ use super::region::Region;
 use super::*;
 
 /// What the byte stream holds next: an eager slot's payload, a rendezvous landing, or the peer's CLOSE.
-pub(super) enum Rx {
+enum Rx {
     Slot { slot: usize, pos: usize, end: usize },
     Landing { wr_id: u64, tag: u64, region: Region, pos: usize, ready: bool, posted: bool, src: (u64, u32) },
     Close,
@@ -22,26 +23,26 @@ pub(super) enum Rx {
 /// A connection's stream: its memory, slots, credits and what was received, all behind the end's lock.
 pub(super) struct State {
     pub(super) ep: *mut Ep,
-    pub(super) recv: Region,
-    pub(super) send: Region,
-    pub(super) credit: Region, // word 0: the peer writes its re-posted count here; word 8: the source of ours
-    pub(super) free_send: Vec<usize>,
-    pub(super) sent: u64,
-    pub(super) peer_reposted: u64,
-    pub(super) reposted: u64,
-    pub(super) reported: u64,
-    pub(super) sq_used: usize,
-    pub(super) rx: VecDeque<Rx>,
-    pub(super) staging: HashMap<u64, Region>, // tag -> our rendezvous source, until the peer's FIN
-    pub(super) next_tag: u64,
-    pub(super) next_rdma: u64,
-    pub(super) control: VecDeque<(u8, Vec<u8>)>, // FIN/HELLO waiting for a credit
-    pub(super) peer_credit: Option<(u64, u32)>,
-    pub(super) error: Option<String>,
+    recv: Region,
+    send: Region,
+    credit: Region, // word 0: the peer writes its re-posted count here; word 8: the source of ours
+    free_send: Vec<usize>,
+    sent: u64,
+    peer_reposted: u64,
+    reposted: u64,
+    reported: u64,
+    sq_used: usize,
+    rx: VecDeque<Rx>,
+    staging: HashMap<u64, Region>, // tag -> our rendezvous source, until the peer's FIN
+    next_tag: u64,
+    next_rdma: u64,
+    control: VecDeque<(u8, Vec<u8>)>, // FIN/HELLO waiting for a credit
+    peer_credit: Option<(u64, u32)>,
+    error: Option<String>,
     pub(super) closed: bool,
-    pub(super) answers_hello: bool, // the accepting side answers the client's HELLO with its own
-    pub(super) one_sided_done: HashSet<u64>, // completed one-sided READ/WRITEs (`post_one_sided`), until taken
-    pub(super) next_one_sided: u64,
+    answers_hello: bool, // the accepting side answers the client's HELLO with its own
+    one_sided_done: HashSet<u64>, // completed one-sided READ/WRITEs (`post_one_sided`), until taken
+    next_one_sided: u64,
 }
 
 unsafe impl Send for State {}
@@ -51,22 +52,76 @@ pub(super) fn os_err(what: &str) -> io::Error {
     io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 
-pub(super) fn broken(msg: &str) -> io::Error {
+fn broken(msg: &str) -> io::Error {
     io::Error::new(io::ErrorKind::ConnectionReset, msg.to_string())
 }
 
 impl State {
     pub(super) fn new(ep: *mut Ep, recv: Region, send: Region, credit: Region, answers_hello: bool) -> State {
         State {
-                ep, recv, send, credit, free_send: (0..SEND_SLOTS).rev().collect(), sent: 0, peer_reposted: 0,
-                reposted: 0, reported: 0, sq_used: 0, rx: VecDeque::new(), staging: HashMap::new(), next_tag: 1,
-                next_rdma: RDMA_BASE, control: VecDeque::new(), peer_credit: None, error: None, closed: false,
-                answers_hello, one_sided_done: HashSet::new(),
-                next_one_sided: ONE_SIDED_BASE,
+            ep, recv, send, credit, free_send: (0..SEND_SLOTS).rev().collect(), sent: 0, peer_reposted: 0,
+            reposted: 0, reported: 0, sq_used: 0, rx: VecDeque::new(), staging: HashMap::new(), next_tag: 1,
+            next_rdma: RDMA_BASE, control: VecDeque::new(), peer_credit: None, error: None, closed: false,
+            answers_hello, one_sided_done: HashSet::new(), next_one_sided: ONE_SIDED_BASE,
         }
     }
 
-    pub(super) fn hello_payload(&self) -> Vec<u8> {
+    /// The first message each way: where our credit word is.
+    pub(super) fn say_hello(&mut self) {
+        let h = self.hello_payload();
+        self.control.push_back((HELLO, h));
+        self.flush_control();
+    }
+
+    /// Failed or closed: nothing more will be read or sent.
+    pub(super) fn ended(&self) -> bool {
+        self.error.is_some() || self.closed
+    }
+
+    /// A one-sided RDMA READ (`read`) or WRITE: its id, or WouldBlock while the send queue is full.
+    pub(super) fn post_one_sided(&mut self, read: bool, addr: u64, len: usize, lkey: u32, raddr: u64, rkey: u32)
+                                 -> io::Result<u64> {
+        self.check()?;
+        if self.sq_used >= SEND_DEPTH {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let wid = self.next_one_sided;
+        self.next_one_sided += 1;
+        self.post(wid, if read { 2 } else { 1 }, addr, len, lkey, raddr, rkey)?;
+        Ok(wid)
+    }
+
+    /// Whether the one-sided operation `wid` has completed (taking it), or the connection's error.
+    pub(super) fn one_sided_done(&mut self, wid: u64) -> io::Result<bool> {
+        if self.one_sided_done.remove(&wid) {
+            return Ok(true);
+        }
+        self.check()?;
+        Ok(false)
+    }
+
+    /// Tells the peer (CLOSE, best effort, its send given 200 ms to complete), then drops what was
+    /// queued and deregisters the regions; returns the endpoint for the end to destroy, which it may
+    /// only do now that no memory is registered on it.
+    pub(super) fn shut(&mut self, peer: &str) -> *mut Ep {
+        self.progress(peer);
+        if self.error.is_none() && self.can_send() && self.post_eager(CLOSE, &[], 0, 0).is_ok() {
+            let end = Instant::now() + Duration::from_millis(200);
+            while self.sq_used > 0 && self.error.is_none() && Instant::now() < end {
+                self.progress(peer);
+            }
+        }
+        self.closed = true;
+        self.rx.clear();
+        self.staging.clear();
+        self.control.clear();
+        for region in [&mut self.recv, &mut self.send, &mut self.credit] {
+            drop(std::mem::replace(region, Region::dangling()));
+        }
+        self.ep
+    }
+
+    fn hello_payload(&self) -> Vec<u8> {
         let mut h = self.credit.addr().to_le_bytes().to_vec();
         h.extend_from_slice(&self.credit.mr.rkey.to_le_bytes());
         h
@@ -80,7 +135,7 @@ impl State {
     }
 
     #[allow(clippy::too_many_arguments)] // the shim's hv_post_send, one work request's fields
-    pub(super) fn post(&mut self, wr_id: u64, opcode: i32, addr: u64, len: usize, lkey: u32, raddr: u64, rkey: u32)
+    fn post(&mut self, wr_id: u64, opcode: i32, addr: u64, len: usize, lkey: u32, raddr: u64, rkey: u32)
             -> io::Result<()> {
         // SAFETY: local memory is inside one of our registered regions
         if opcode == 0 {
@@ -148,7 +203,7 @@ impl State {
         self.flush_control();
     }
 
-    fn fail(&mut self, why: String) {
+    pub(super) fn fail(&mut self, why: String) {
         if self.error.is_none() {
             self.error = Some(why);
         }
@@ -287,7 +342,7 @@ impl State {
 
     /// One message of `kind` whose payload is the bytes [skip, skip + length) of the concatenation
     /// of `bufs`, copied into a free send slot behind the header.
-    pub(super) fn post_eager(&mut self, kind: u8, bufs: &[&[u8]], skip: usize, length: usize) -> io::Result<()> {
+    fn post_eager(&mut self, kind: u8, bufs: &[&[u8]], skip: usize, length: usize) -> io::Result<()> {
         let slot = self.free_send.pop().expect("a free send slot");
         let base = slot * SLOT;
         let reposted = self.reposted;
@@ -308,7 +363,7 @@ impl State {
         Ok(())
     }
 
-    pub(super) fn flush_control(&mut self) {
+    fn flush_control(&mut self) {
         while !self.control.is_empty() && self.can_send() {
             let (kind, payload) = self.control.pop_front().unwrap();
             if self.post_eager(kind, &[&payload], 0, payload.len()).is_err() {
